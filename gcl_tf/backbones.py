@@ -1,0 +1,89 @@
+"""Feature extractors: the MLP, the paper's 6-layer ConvNet and GEM's reduced ResNet-18.
+
+Each returns a ``keras.Model`` mapping images ``[N, H, W, C]`` to non-negative features ``[N, D]``
+(the last operation is a ReLU or a pooling of ReLUs). Classifiers and GCL's heads go on top.
+BatchNorm uses PyTorch's momentum (0.1, Keras ``momentum=0.9``) and epsilon, as the reference
+implementations do.
+"""
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+BN = dict(momentum=0.9, epsilon=1e-5)
+
+
+def mlp(input_shape, hidden_size: int, name: str = "mlp") -> keras.Model:
+    """Flatten -> Dense(h) -> ReLU -> Dense(h) -> ReLU (two hidden layers)."""
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Flatten()(inputs)
+    x = layers.Dense(hidden_size, activation="relu", name="hidden1")(x)
+    x = layers.Dense(hidden_size, activation="relu", name="hidden2")(x)
+    return keras.Model(inputs, x, name=name)
+
+
+def convnet(input_shape, filters: int = 64, name: str = "convnet") -> keras.Model:
+    """The GCL paper's encoder: 6 x [conv3x3, BatchNorm, ReLU], max-pool after conv 2, 4 and 6.
+
+    Extra max-pools follow until the feature map is at most 2x2, as in the authors' code
+    (64 x 2 x 2 = 256 features for 32x32 inputs; 84x84 inputs also end at 2x2).
+    """
+    inputs = keras.Input(shape=input_shape)
+    x = inputs
+    for i in range(6):
+        x = layers.Conv2D(filters, 3, padding="same", name=f"conv{i + 1}")(x)
+        x = layers.BatchNormalization(name=f"bn{i + 1}", **BN)(x)
+        x = layers.ReLU()(x)
+        if i % 2 == 1:
+            x = layers.MaxPooling2D(2, name=f"pool{i // 2 + 1}")(x)
+    extra = 0
+    while x.shape[1] > 2 or x.shape[2] > 2:
+        extra += 1
+        x = layers.MaxPooling2D(2, name=f"pool_extra{extra}")(x)
+    x = layers.Flatten()(x)
+    return keras.Model(inputs, x, name=name)
+
+
+def _basic_block(x, filters: int, stride: int, name: str):
+    shortcut = x
+    y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1")(x)
+    y = layers.BatchNormalization(name=f"{name}_bn1", **BN)(y)
+    y = layers.ReLU()(y)
+    y = layers.Conv2D(filters, 3, strides=1, padding="same", use_bias=False, name=f"{name}_conv2")(y)
+    y = layers.BatchNormalization(name=f"{name}_bn2", **BN)(y)
+    if stride != 1 or shortcut.shape[-1] != filters:
+        shortcut = layers.Conv2D(filters, 1, strides=stride, use_bias=False, name=f"{name}_short")(shortcut)
+        shortcut = layers.BatchNormalization(name=f"{name}_short_bn", **BN)(shortcut)
+    return layers.ReLU()(layers.Add()([y, shortcut]))
+
+
+def resnet18(input_shape, filters: int = 20, name: str = "resnet18") -> keras.Model:
+    """GEM's reduced ResNet-18: BasicBlocks [2, 2, 2, 2] with nf, 2nf, 4nf, 8nf filters (nf = 20),
+    a stride-1 3x3 stem, global average pooling (GEM's avg_pool2d(4) on 32x32 inputs)."""
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Conv2D(filters, 3, padding="same", use_bias=False, name="stem")(inputs)
+    x = layers.BatchNormalization(name="stem_bn", **BN)(x)
+    x = layers.ReLU()(x)
+    for stage, (mult, stride) in enumerate([(1, 1), (2, 2), (4, 2), (8, 2)]):
+        for block in range(2):
+            x = _basic_block(x, filters * mult, stride if block == 0 else 1, name=f"layer{stage + 1}_{block}")
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, x, name=name)
+
+
+def build_backbone(model_config, input_shape) -> keras.Model:
+    if model_config.backbone == "mlp":
+        return mlp(input_shape, model_config.hidden_size)
+    if model_config.backbone == "convnet":
+        return convnet(input_shape, model_config.filters or 64)
+    if model_config.backbone == "resnet18":
+        return resnet18(input_shape, model_config.filters or 20)
+    raise ValueError(f"unknown backbone {model_config.backbone!r}")
+
+
+def build_classifier(model_config, input_shape, num_classes: int, name: str = "classifier") -> keras.Model:
+    """Backbone followed by one linear layer to ``num_classes`` logits."""
+    backbone = build_backbone(model_config, input_shape)
+    inputs = keras.Input(shape=input_shape)
+    logits = layers.Dense(num_classes, name="logits")(backbone(inputs))
+    return keras.Model(inputs, logits, name=name)

@@ -1,0 +1,98 @@
+"""Keras callbacks of the continual driver: task boundaries, task-end evaluation, TensorBoard."""
+from __future__ import annotations
+
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf.data.streams import eval_dataset
+
+
+class TaskBoundary(keras.callbacks.Callback):
+    """Calls the method's ``on_task_end`` hook when a task's ``fit`` ends (before evaluation)."""
+
+    def __init__(self, task_index: int, dataset):
+        super().__init__()
+        self.task_index = task_index
+        self.dataset = dataset
+
+    def on_train_end(self, logs=None):
+        self.model.on_task_end(self.task_index, self.dataset)
+
+
+class TaskEndEvaluation(keras.callbacks.Callback):
+    """Evaluates every task at the end of each task: fills ``matrix[i][j]`` (percent).
+
+    One instance lives across all tasks; set ``task_index`` before each task's ``fit``.
+    """
+
+    def __init__(self, benchmark, split: str = "test", batch_size: int = 500, writer=None, verbose: bool = True):
+        super().__init__()
+        self.benchmark = benchmark
+        self.split = split
+        self.batch_size = batch_size
+        self.writer = writer
+        self.verbose = verbose
+        T = benchmark.num_tasks
+        self.matrix = np.full((T, T), np.nan)
+        self.task_index = 0
+        self.eval_seconds = 0.0
+        self._datasets = None
+
+    def datasets(self):
+        if self._datasets is None:
+            self._datasets = [
+                eval_dataset(task.eval_data(self.split), self.benchmark.class_mask(task), self.batch_size)
+                for task in self.benchmark.tasks
+            ]
+        return self._datasets
+
+    def evaluate_all(self, model) -> np.ndarray:
+        row = []
+        for ds in self.datasets():
+            logs = model.evaluate(ds, verbose=0, return_dict=True)
+            row.append(100.0 * float(logs["accuracy"]))
+        return np.asarray(row)
+
+    def on_train_end(self, logs=None):
+        start = time.perf_counter()
+        i = self.task_index
+        self.matrix[i] = self.evaluate_all(self.model)
+        self.eval_seconds += time.perf_counter() - start
+        seen = float(np.mean(self.matrix[i, : i + 1]))
+        if self.writer is not None:
+            with self.writer.as_default(step=i + 1):
+                tf.summary.scalar("accuracy/average_all_tasks", float(np.mean(self.matrix[i])))
+                tf.summary.scalar("accuracy/average_tasks_seen", seen)
+                for j, value in enumerate(self.matrix[i]):
+                    tf.summary.scalar(f"accuracy/task_{j + 1:02d}", value)
+            self.writer.flush()
+        if self.verbose:
+            print(f"  after task {i + 1}: {self.split} accuracy on tasks seen {seen:.2f}%, "
+                  f"on all tasks {np.mean(self.matrix[i]):.2f}%", flush=True)
+
+
+class StepLogger(keras.callbacks.Callback):
+    """Writes the step's loss terms to TensorBoard every ``every`` training steps."""
+
+    def __init__(self, writer, every: int):
+        super().__init__()
+        self.writer = writer
+        self.every = every
+        self.step = None
+
+    def on_train_begin(self, logs=None):
+        if self.step is None:  # once per run: continue from the model's counter (resume)
+            self.step = int(self.model.step_counter.numpy())
+        self._per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+
+    def on_train_batch_end(self, batch, logs=None):
+        previous = self.step
+        self.step += self._per_call
+        if not self.every or not logs or self.step // self.every == previous // self.every:
+            return
+        with self.writer.as_default(step=self.step):
+            for name, value in logs.items():
+                tf.summary.scalar(f"train/{name}", float(value))

@@ -1,0 +1,357 @@
+"""Typed, validated experiment configuration: YAML file + ``--set dotted.key=value`` overrides.
+
+A config file has the sections ``benchmark``, ``method``, ``model``, ``train``, ``eval`` and the
+top-level keys ``seed`` and ``output_dir``. It may also hold ``presets``: per-method settings
+(any of the sections above) applied on top of the rest of the file when ``method.name`` selects
+that method. ``--set`` overrides apply last, so ``--set method.name=er`` picks the ER preset.
+
+Every key is checked against the dataclasses below (and, for ``method``, against the chosen
+method's own dataclass in ``gcl_tf/methods/<name>.py``). An unknown key, a wrong type or a
+value outside its allowed set raises :class:`~gcl_tf.errors.ConfigError` with one line naming
+the key and what is allowed.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+import yaml
+
+from gcl_tf.errors import ConfigError
+
+
+def _range(lo=None, hi=None, lo_open=False, hi_open=False):
+    """Field metadata for a numeric range check."""
+    return {"range": (lo, hi, lo_open, hi_open)}
+
+
+@dataclass
+class BenchmarkConfig:
+    """Which data, which continual protocol."""
+
+    name: Literal["permuted", "rotated", "split"] = "permuted"
+    # Dataset name: a TFDS name for source=tfds (mnist, fashion_mnist, cifar10, cifar100,
+    # svhn_cropped); a label for the other sources.
+    dataset: str = "mnist"
+    source: Literal["tfds", "idx", "npz", "folder", "digits"] = "tfds"
+    # idx: folder with MNIST-format files; npz: a .npz file; folder: a root with train/ and test/;
+    # tfds: optional TFDS data_dir.
+    path: Optional[str] = None
+    num_tasks: int = field(default=20, metadata=_range(1))
+    # Training samples drawn per task (null: all the task's training samples).
+    samples_per_task: Optional[int] = field(default=1000, metadata=_range(1))
+    # Test samples per task (null: the task's whole test split).
+    test_samples_per_task: Optional[int] = field(default=None, metadata=_range(1))
+    classes_per_task: int = field(default=2, metadata=_range(1))
+    # Number of classes (null: inferred from the source).
+    num_classes: Optional[int] = field(default=None, metadata=_range(2))
+    # Multi-head (task-aware test): predictions restricted to the task's classes.
+    multi_head: bool = False
+    # Fraction of each task's training samples held out as its validation split.
+    validation_fraction: float = field(default=0.0, metadata=_range(0.0, 1.0, hi_open=True))
+    # Rotated protocol: each task's angle is drawn uniformly from [0, max_rotation) degrees.
+    max_rotation: float = field(default=180.0, metadata=_range(0.0, 360.0, lo_open=True))
+    # Resize images to image_size x image_size (folder source; null keeps the native size).
+    image_size: Optional[int] = field(default=None, metadata=_range(1))
+    color_mode: Literal["rgb", "grayscale"] = "rgb"
+
+
+@dataclass
+class MethodConfig:
+    """Base of every method's config; each method file subclasses it with its own keys."""
+
+    name: str = "gcl"
+
+
+@dataclass
+class ModelConfig:
+    backbone: Literal["mlp", "convnet", "resnet18"] = "mlp"
+    # Width of the MLP's hidden layers (GCL: also the size of its embeddings).
+    hidden_size: int = field(default=256, metadata=_range(1))
+    # Convolution filters (null: the paper's, 64 for convnet and 20 for resnet18).
+    filters: Optional[int] = field(default=None, metadata=_range(1))
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = field(default=10, metadata=_range(1))
+    epochs: int = field(default=1, metadata=_range(1))
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    learning_rate: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
+    # Compile the training step with XLA (measured slower on CPU: off by default).
+    jit_compile: bool = False
+    # Training steps run per call of the compiled function (Keras steps_per_execution).
+    steps_per_execution: int = field(default=1, metadata=_range(1))
+    # Write per-step loss terms to TensorBoard every this many steps (0: never).
+    log_every: int = field(default=10, metadata=_range(0))
+    # Keras progress bar: 0 silent, 1 bar, 2 one line per task.
+    verbose: int = field(default=1, metadata=_range(0, 2))
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = field(default=500, metadata=_range(1))
+    # Which split fills the accuracy matrix: test, or the validation split carved from each
+    # task's training data (for tuning: the test split is then never read).
+    split: Literal["test", "validation"] = "test"
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    output_dir: str = "runs/default"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin in (list, tuple):
+        return "a list"
+    if origin is dict or tp is dict:
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _describe(value) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _coerce(value, tp, key: str):
+    """Check ``value`` against the annotation ``tp``; return the (possibly converted) value."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as error:
+                errors.append(error)
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+            raise ConfigError(
+                f"{key}: {_describe(value)} is not allowed; allowed: {', '.join(str(a) for a in allowed)}"
+            )
+        return value
+    if origin in (list, tuple):
+        (item_tp,) = typing.get_args(tp)[:1] or (Any,)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {_describe(value)}")
+        return copy.deepcopy(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if math.isfinite(float(value)):
+                return float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+            if number is not None and math.isfinite(number):
+                return number
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
+
+
+def _check_range(value, spec, key):
+    if value is None:
+        return
+    lo, hi, lo_open, hi_open = spec
+    ok = True
+    if lo is not None:
+        ok &= value > lo if lo_open else value >= lo
+    if hi is not None:
+        ok &= value < hi if hi_open else value <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise ConfigError(f"{key}: {value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
+
+
+def build_dataclass(cls, data, prefix: str):
+    """Build dataclass ``cls`` from the mapping ``data``, validating every key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: expected a mapping of keys, got {_describe(data)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise ConfigError(f"unknown key '{where}'; allowed: {', '.join(names)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[f.name] = build_dataclass(tp, data[f.name], key)
+            continue
+        value = _coerce(data[f.name], tp, key)
+        if "range" in f.metadata:
+            _check_range(value, f.metadata["range"], key)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _deep_merge(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'a.b=3'`` -> (['a', 'b'], 3). The value is read as YAML (``true``, ``1e-3``, ``[1, 2]``)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value, for example train.learning_rate=0.01")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value, for example train.learning_rate=0.01")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(raw: dict, overrides) -> dict:
+    raw = copy.deepcopy(raw)
+    for text in overrides or ():
+        path, value = parse_override(text)
+        node = raw
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(path[: i + 1])
+                raise ConfigError(f"--set {text!r}: '{where}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return raw
+
+
+def load_yaml(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} does not exist")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path!r}: expected a mapping of sections at the top level")
+    return data
+
+
+def resolve(raw: dict, overrides=()) -> Config:
+    """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config."""
+    from gcl_tf import methods  # late import: the registry imports TensorFlow lazily
+
+    raw = apply_overrides(raw, overrides)
+    presets = raw.pop("presets", None) or {}
+    if not isinstance(presets, dict):
+        raise ConfigError("presets: expected a mapping from method name to settings")
+    method_raw = raw.get("method") or {}
+    if not isinstance(method_raw, dict):
+        raise ConfigError(f"method: expected a mapping of keys, got {_describe(method_raw)}")
+    name = method_raw.get("name", MethodConfig.name)
+    allowed = ", ".join(methods.names())
+    if not isinstance(name, str) or name not in methods.names():
+        raise ConfigError(f"method.name: {_describe(name)} is not allowed; allowed: {allowed}")
+    for preset_name, preset in presets.items():
+        if preset_name not in methods.names():
+            raise ConfigError(f"presets.{preset_name}: unknown method; allowed: {allowed}")
+        if not isinstance(preset, dict):
+            raise ConfigError(f"presets.{preset_name}: expected a mapping of sections")
+    # Presets apply on top of the file, --set on top of the preset.
+    if name in presets:
+        base = {k: v for k, v in raw.items()}
+        merged = _deep_merge(base, presets[name])
+        raw = apply_overrides(merged, overrides)
+        raw.pop("presets", None)
+    method_cls = methods.config_class(name)
+    sections = dict(raw)
+    method_section = sections.pop("method", None) or {}
+    config = build_dataclass(Config, sections, "")
+    config.method = build_dataclass(method_cls, method_section, "method")
+    _check_consistency(config)
+    return config
+
+
+def _check_consistency(config: Config) -> None:
+    b = config.benchmark
+    if b.source in ("idx", "npz", "folder") and not b.path:
+        raise ConfigError(f"benchmark.path: required for source {b.source}; give the data location")
+    if b.multi_head and b.name != "split":
+        raise ConfigError("benchmark.multi_head: only the split protocol has per-task classes; allowed: false")
+    if config.eval.split == "validation" and b.validation_fraction <= 0:
+        raise ConfigError(
+            "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"
+        )
+
+
+def load_config(path: Optional[str] = None, overrides=()) -> Config:
+    raw = load_yaml(path) if path else {}
+    return resolve(raw, overrides)
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

@@ -1,0 +1,166 @@
+"""Continual protocols (as in GEM): permuted, rotated and class-split task sequences.
+
+Pure NumPy, deterministic for a seed. Each task holds its training samples, an optional
+validation split carved out of them, and its test samples (loaded only when asked for).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from gcl_tf.data.sources import SplitData, make_source
+from gcl_tf.errors import ConfigError
+
+# Salts keep the random streams of different purposes independent.
+_SALT_TRANSFORM, _SALT_TRAIN, _SALT_VALIDATION, _SALT_TEST = 1, 2, 3, 4
+
+
+def task_rng(seed: int, task: int, salt: int) -> np.random.Generator:
+    return np.random.default_rng([seed, task, salt])
+
+
+def random_permutation(num_pixels: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.permutation(num_pixels)
+
+
+def apply_permutation(images: np.ndarray, permutation: np.ndarray) -> np.ndarray:
+    """Permute the pixels of every image (all channels of an image flattened together)."""
+    n = images.shape[0]
+    return images.reshape(n, -1)[:, permutation].reshape(images.shape)
+
+
+def rotate_images(images: np.ndarray, degrees: float) -> np.ndarray:
+    """Rotate every image by ``degrees`` counter-clockwise about its centre (bilinear, zero fill)."""
+    from scipy import ndimage
+
+    rotated = ndimage.rotate(
+        images.astype(np.float32), degrees, axes=(2, 1), reshape=False, order=1, mode="constant", cval=0.0
+    )
+    return np.clip(np.round(rotated), 0, 255).astype(np.uint8)
+
+
+def split_classes(num_classes: int, num_tasks: int, classes_per_task: int) -> list[np.ndarray]:
+    """Consecutive class groups: task t gets classes [t * k, (t + 1) * k)."""
+    if num_tasks * classes_per_task > num_classes:
+        raise ConfigError(
+            f"benchmark: {num_tasks} tasks x {classes_per_task} classes need {num_tasks * classes_per_task} "
+            f"classes but the data has {num_classes}; allowed: num_tasks * classes_per_task <= {num_classes}"
+        )
+    return [np.arange(t * classes_per_task, (t + 1) * classes_per_task) for t in range(num_tasks)]
+
+
+@dataclass
+class Task:
+    index: int
+    classes: np.ndarray  # [k] label ids the task's samples come from
+    description: str
+    train: SplitData
+    validation: Optional[SplitData] = None
+    test: Optional[SplitData] = None
+    transform: dict = field(default_factory=dict)
+
+    def eval_data(self, split: str) -> SplitData:
+        data = self.test if split == "test" else self.validation
+        if data is None:
+            raise ValueError(f"task {self.index} has no {split} split")
+        return data
+
+
+class ContinualBenchmark:
+    """A sequence of tasks built from a source, following one protocol.
+
+    ``load_test=False`` never reads the source's test split (tuning on validation data).
+    """
+
+    def __init__(self, config, seed: int, load_test: bool = True):
+        self.config = config
+        self.seed = seed
+        self.source = make_source(config)
+        train = self.source.load("train")
+        test = self.source.load("test") if load_test else None
+        self.num_classes = self.source.num_classes
+        self.input_shape = tuple(int(d) for d in train.images.shape[1:])
+        self.tasks = self._build(train, test)
+
+    # ----------------------------------------------------------------------------------------
+    def class_mask(self, task: Task) -> np.ndarray:
+        """[K] bool: the classes a prediction may choose (all of them when single-head)."""
+        mask = np.zeros(self.num_classes, dtype=bool)
+        if self.config.multi_head:
+            mask[task.classes] = True
+        else:
+            mask[:] = True
+        return mask
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks)
+
+    # ----------------------------------------------------------------------------------------
+    def _choose(self, candidates: np.ndarray, count: Optional[int], rng, what: str) -> np.ndarray:
+        if count is None:
+            return rng.permutation(candidates)
+        if count > len(candidates):
+            raise ConfigError(
+                f"benchmark.{what}: {count} is more than the {len(candidates)} samples available; "
+                f"allowed: at most {len(candidates)} or null"
+            )
+        return rng.choice(candidates, size=count, replace=False)
+
+    def _build(self, train: SplitData, test: Optional[SplitData]) -> list[Task]:
+        c = self.config
+        if c.name == "split":
+            groups = split_classes(self.num_classes, c.num_tasks, c.classes_per_task)
+        else:
+            groups = [np.arange(self.num_classes)] * c.num_tasks
+        tasks = []
+        for t, classes in enumerate(groups):
+            transform_rng = task_rng(self.seed, t, _SALT_TRANSFORM)
+            if c.name == "permuted":
+                permutation = random_permutation(int(np.prod(self.input_shape)), transform_rng)
+                transform = {"permutation": permutation}
+                apply = lambda images, p=permutation: apply_permutation(images, p)
+                description = "permuted"
+            elif c.name == "rotated":
+                angle = float(transform_rng.uniform(0.0, c.max_rotation))
+                transform = {"rotation_degrees": angle}
+                apply = lambda images, a=angle: rotate_images(images, a)
+                description = f"rotated {angle:.1f} degrees"
+            else:
+                transform = {}
+                apply = lambda images: images
+                description = "classes " + ", ".join(str(int(k)) for k in classes)
+
+            train_candidates = np.flatnonzero(np.isin(train.labels, classes))
+            chosen = self._choose(train_candidates, c.samples_per_task, task_rng(self.seed, t, _SALT_TRAIN), "samples_per_task")
+            validation = None
+            if c.validation_fraction > 0:
+                n_val = max(1, int(round(c.validation_fraction * len(chosen))))
+                if n_val >= len(chosen):
+                    raise ConfigError(
+                        f"benchmark.validation_fraction: {c.validation_fraction} leaves no training samples "
+                        f"in task {t} ({len(chosen)} samples)"
+                    )
+                order = task_rng(self.seed, t, _SALT_VALIDATION).permutation(len(chosen))
+                val_index, chosen = chosen[order[:n_val]], chosen[order[n_val:]]
+                val = train.subset(np.sort(val_index))
+                validation = SplitData(apply(val.images), val.labels)
+            tr = train.subset(chosen)
+            task_train = SplitData(apply(tr.images), tr.labels)
+
+            task_test = None
+            if test is not None:
+                test_candidates = np.flatnonzero(np.isin(test.labels, classes))
+                if c.test_samples_per_task is None:
+                    test_index = test_candidates
+                else:
+                    test_index = np.sort(
+                        self._choose(test_candidates, min(c.test_samples_per_task, len(test_candidates)),
+                                     task_rng(self.seed, t, _SALT_TEST), "test_samples_per_task")
+                    )
+                te = test.subset(test_index)
+                task_test = SplitData(apply(te.images), te.labels)
+            tasks.append(Task(t, np.asarray(classes), description, task_train, validation, task_test, transform))
+        return tasks

@@ -1,0 +1,72 @@
+"""tf.data pipelines for the continual streams.
+
+Training: one task's samples, reshuffled every epoch in a fixed order for the seed, in batches
+of a fixed size (the last partial batch of an epoch is dropped so the compiled step keeps one
+shape), as float32 images in [0, 1] and int32 labels, prefetched.
+
+Evaluation: ``(images, labels, class_mask, weight)`` where ``class_mask`` [K] marks the classes a
+prediction may choose and ``weight`` is 0 for the padding that fills the last batch.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf.data.protocols import task_rng
+from gcl_tf.data.sources import SplitData
+
+_SALT_ORDER = 5
+
+
+def to_float(images):
+    return tf.cast(images, tf.float32) / 255.0
+
+
+def epoch_orders(num_samples: int, epochs: int, seed: int, task_index: int) -> np.ndarray:
+    """[epochs * (num_samples // batch)] sample order: one fresh permutation per epoch."""
+    rng = task_rng(seed, task_index, _SALT_ORDER)
+    return np.concatenate([rng.permutation(num_samples) for _ in range(epochs)])
+
+
+def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task_index: int,
+                  skip_batches: int = 0) -> tuple[tf.data.Dataset, int]:
+    """All epochs of one task's training stream and the number of steps per epoch.
+
+    ``skip_batches`` resumes a stream part-way (the order does not depend on it).
+    """
+    n = len(data)
+    steps_per_epoch = n // batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"task {task_index} has {n} training samples, fewer than one batch of {batch_size}")
+    per_epoch = []
+    orders = epoch_orders(n, epochs, seed, task_index).reshape(epochs, n)
+    for order in orders:  # drop each epoch's partial batch
+        per_epoch.append(order[: steps_per_epoch * batch_size])
+    order = np.concatenate(per_epoch).astype(np.int64)
+    images = tf.constant(data.images)
+    labels = tf.constant(data.labels.astype(np.int32))
+    ds = tf.data.Dataset.from_tensor_slices(order).batch(batch_size, drop_remainder=True)
+    if skip_batches:
+        ds = ds.skip(skip_batches)
+    ds = ds.map(lambda idx: (to_float(tf.gather(images, idx)), tf.gather(labels, idx)),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE), steps_per_epoch
+
+
+def eval_arrays(data: SplitData, class_mask: np.ndarray, batch_size: int):
+    """Padded numpy arrays for evaluation: a whole number of batches, padding weighted 0."""
+    n = len(data)
+    padded = -(-n // batch_size) * batch_size
+    pad = padded - n
+    images = np.concatenate([data.images, np.zeros((pad,) + data.images.shape[1:], np.uint8)])
+    labels = np.concatenate([data.labels, np.zeros(pad, np.int64)]).astype(np.int32)
+    weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
+    masks = np.broadcast_to(class_mask.astype(bool), (padded, class_mask.shape[0]))
+    return images, labels, masks, weights
+
+
+def eval_dataset(data: SplitData, class_mask: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    images, labels, masks, weights = eval_arrays(data, class_mask, batch_size)
+    ds = tf.data.Dataset.from_tensor_slices((images, labels, masks, weights)).batch(batch_size, drop_remainder=True)
+    ds = ds.map(lambda x, y, m, w: (to_float(x), y, m, w), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)

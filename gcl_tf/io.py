@@ -1,0 +1,42 @@
+"""Atomic file writes: a temporary file in the same folder, fsync, then rename."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+
+def _default(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def write_atomic(path: str, data: bytes | str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: str, obj) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, default=_default, allow_nan=True) + "\n")
+
+
+def read_json(path: str):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,112 @@
+"""The base class of every method: a ``keras.Model`` whose ``train_step`` is the whole online update.
+
+A method implements
+- ``learn(x, y) -> dict``: one online update on a minibatch (inside the compiled step); returns
+  the scalar loss terms to log;
+- ``predict_log_probs(x, class_mask) -> [N, K]``: class log-probabilities restricted to the
+  classes allowed by ``class_mask`` ([N, K] or [K] bool);
+and, when it needs task boundaries (``task_free = False``), ``on_task_start`` / ``on_task_end``,
+which the driver calls through callbacks. ``fit``, ``evaluate``, callbacks and TensorBoard keep
+working as in any Keras model.
+"""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+NEG_INF = -1e9
+
+
+def make_optimizer(train_config) -> keras.optimizers.Optimizer:
+    if train_config.optimizer == "sgd":
+        return keras.optimizers.SGD(learning_rate=train_config.learning_rate)
+    if train_config.optimizer == "adam":
+        return keras.optimizers.Adam(learning_rate=train_config.learning_rate)
+    raise ValueError(f"unknown optimizer {train_config.optimizer!r}")
+
+
+def mask_logits(logits, class_mask):
+    """Logits of classes outside ``class_mask`` set to a large negative value."""
+    class_mask = tf.broadcast_to(tf.cast(class_mask, tf.bool), tf.shape(logits))
+    return tf.where(class_mask, logits, tf.cast(NEG_INF, logits.dtype))
+
+
+def cross_entropy(labels, logits):
+    """Per-sample softmax cross-entropy [N]."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=logits)
+
+
+class ContinualModel(keras.Model):
+    """Base class; see the module docstring."""
+
+    #: False for methods that need task boundaries (the driver provides them).
+    task_free = True
+
+    def __init__(self, config, input_shape, num_classes: int, **kwargs):
+        super().__init__(name=config.method.name, **kwargs)
+        self.config = config
+        self.method_config = config.method
+        self.image_shape = tuple(int(d) for d in input_shape)
+        self.num_classes = int(num_classes)
+        self.seed = int(config.seed)
+        # Counts training steps; keys the stateless randomness of every step.
+        self.step_counter = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step_counter")
+        self.current_task = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="current_task")
+        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
+        self.eval_loss_tracker = keras.metrics.Mean(name="loss")
+
+    # ------------------------------------------------------------------ to implement
+    def learn(self, x, y) -> dict:
+        raise NotImplementedError
+
+    def predict_log_probs(self, x, class_mask):
+        """Default: log-softmax of the masked logits of ``self(x)``."""
+        logits = self(x, training=False)
+        return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
+
+    def on_task_start(self, task_index: int, classes) -> None:
+        self.current_task.assign(task_index)
+
+    def on_task_end(self, task_index: int, dataset) -> None:
+        """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
+
+    # ------------------------------------------------------------------ Keras plumbing
+    @property
+    def metrics(self):
+        return [self.accuracy_tracker, self.eval_loss_tracker]
+
+    def compile_for_training(self, train_config) -> None:
+        """Compile with the configured optimizer and build its slots (so the step traces once)."""
+        self.compile(
+            optimizer=make_optimizer(train_config),
+            jit_compile=train_config.jit_compile,
+            steps_per_execution=train_config.steps_per_execution,
+        )
+        self.optimizer.build(self.trainable_variables)
+
+    def train_step(self, data):
+        x, y = data[0], data[1]
+        logs = self.learn(x, tf.cast(y, tf.int32))
+        self.step_counter.assign_add(1)
+        return logs
+
+    def test_step(self, data):
+        x, y, class_mask, weight = data
+        log_probs = self.predict_log_probs(x, class_mask)  # [N, K]
+        y = tf.cast(y, tf.int32)
+        correct = tf.cast(tf.equal(tf.argmax(log_probs, axis=-1, output_type=tf.int32), y), tf.float32)
+        nll = -tf.gather(log_probs, y, axis=1, batch_dims=1)
+        self.accuracy_tracker.update_state(correct, sample_weight=weight)
+        self.eval_loss_tracker.update_state(nll, sample_weight=weight)
+        return {"accuracy": self.accuracy_tracker.result(), "loss": self.eval_loss_tracker.result()}
+
+    def predict_step(self, data):
+        x = data[0] if isinstance(data, (tuple, list)) else data
+        mask = tf.ones([self.num_classes], tf.bool)
+        return tf.exp(self.predict_log_probs(x, mask))
+
+    def apply_gradients(self, tape, loss, variables=None):
+        variables = self.trainable_variables if variables is None else variables
+        grads = tape.gradient(loss, variables)
+        self.optimizer.apply(grads, variables)
+        return grads
