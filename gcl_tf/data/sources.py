@@ -333,16 +333,22 @@ class TfdsSource(Source):
         import tensorflow_datasets as tfds
 
         try:
-            images, labels = tfds.as_numpy(
-                tfds.load(
-                    self.config.dataset,
-                    split=split,
-                    as_supervised=True,
-                    batch_size=-1,
-                    data_dir=self.config.path,
-                    download=True,
-                )
+            dataset = tfds.load(
+                self.config.dataset,
+                split=split,
+                as_supervised=True,
+                data_dir=self.config.path,
+                download=True,
             )
+            # Batched reads, not batch_size=-1: that batches by the split size recorded in the
+            # dataset's metadata and falls back to sys.maxsize (a crash) when it is missing.
+            images, labels = [], []
+            for x, y in tfds.as_numpy(dataset.batch(4096)):
+                images.append(x)
+                labels.append(y)
+            if not images:
+                raise ValueError("the split is empty")
+            images, labels = np.concatenate(images), np.concatenate(labels)
         except Exception as error:
             message = str(error).splitlines()[0] if str(error) else error.__class__.__name__
             raise DataError(
