@@ -104,7 +104,8 @@ class EvalConfig:
 
 @dataclass
 class Config:
-    seed: int = 0
+    # Seeds NumPy, TensorFlow and Keras, which take 0 .. 2**32 - 1.
+    seed: int = field(default=0, metadata=_range(0, 2**32 - 1))
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -208,8 +209,8 @@ def _check_range(value, spec, key):
     if not ok:
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
+        lo_s = "-inf" if lo is None else (f"{lo:g}" if isinstance(lo, float) else str(lo))
+        hi_s = "inf" if hi is None else (f"{hi:g}" if isinstance(hi, float) else str(hi))
         raise ConfigError(f"{key}: {value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
 
 

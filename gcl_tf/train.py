@@ -21,6 +21,7 @@ import numpy as np
 from gcl_tf import config as config_lib
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import write_atomic, write_json_atomic
+from gcl_tf.quiet import import_tensorflow
 
 RESULTS = "results.json"
 
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    import_tensorflow()  # first, so a config error is the only line on stderr
     config = config_lib.load_config(args.config, args.overrides)
     run(config, output_dir=args.output, overwrite=args.overwrite)
     return 0

@@ -113,6 +113,8 @@ class Source:
         if len(data) == 0:
             raise DataError(f"{where}: the split is empty")
         expected = self.config.num_classes or self.native_num_classes()
+        if expected is None and split == "test":  # classes inferred from the training labels
+            expected = int(self.load("train").labels.max()) + 1
         low, high = int(data.labels.min()), int(data.labels.max())
         if low < 0 or (expected is not None and high >= expected):
             allowed = f"0..{expected - 1}" if expected is not None else "non-negative"

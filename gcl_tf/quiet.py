@@ -1,0 +1,46 @@
+"""Import TensorFlow without its start-up chatter on stderr.
+
+TensorFlow 2.21 logs a few INFO lines (oneDNN, CUDA drivers) while its shared libraries load,
+before ``TF_CPP_MIN_LOG_LEVEL`` is read, so a one-line user error would be buried under them.
+The command-line entry points import TensorFlow through :func:`import_tensorflow` first: stderr
+is captured during the import and replayed without those INFO lines (everything else, and all
+of it when ``TF_CPP_MIN_LOG_LEVEL`` is 0, is kept).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+# absl INFO lines ("I0000 00:00:1795642126.868266    7529 port.cc:153] ...") and absl's notice
+# that logging is not initialised yet.
+_NOISE = re.compile(
+    r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\s*$)"
+)
+
+
+def import_tensorflow():
+    """Import and return ``tensorflow`` with its import-time INFO lines dropped from stderr."""
+    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() in ("", "0"):
+        import tensorflow
+
+        return tensorflow
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            import tensorflow
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", errors="replace")
+            kept = [line for line in text.splitlines(keepends=True) if not _NOISE.match(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+    return tensorflow

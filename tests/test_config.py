@@ -1,0 +1,168 @@
+"""Config: YAML + --set overrides, presets, and one-line errors that name the key and what is allowed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gcl_tf.config import load_config, resolve
+from gcl_tf.errors import ConfigError
+
+from conftest import REPO
+
+
+def write(tmp_path, text: str, name: str = "config.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def error_of(raw=None, overrides=(), path=None) -> str:
+    with pytest.raises(ConfigError) as info:
+        if path is not None:
+            load_config(path, overrides)
+        else:
+            resolve(raw or {}, overrides)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_yaml_file_and_set_overrides(tmp_path):
+    path = write(tmp_path, """
+        seed: 3
+        benchmark:
+          name: rotated
+          source: digits
+          dataset: digits
+          num_tasks: 4
+        method:
+          name: er
+          memory_size: 50
+        train:
+          learning_rate: 1e-3      # YAML 1.1 reads this as a string: still a number
+          optimizer: adam
+        eval:
+          batch_size: 64
+    """)
+    config = load_config(path, ["train.batch_size=32", "benchmark.multi_head=false", "seed=7",
+                                "method.memory_size=80", "train.learning_rate=2e-2"])
+    assert config.seed == 7
+    assert config.benchmark.name == "rotated" and config.benchmark.num_tasks == 4
+    assert config.benchmark.multi_head is False
+    assert config.method.name == "er" and config.method.memory_size == 80
+    assert config.train.batch_size == 32 and config.train.optimizer == "adam"
+    assert config.train.learning_rate == pytest.approx(0.02)
+    assert isinstance(config.train.learning_rate, float)
+    assert config.eval.batch_size == 64
+    # Defaults fill what the file leaves out.
+    assert config.model.backbone == "mlp" and config.train.epochs == 1
+
+    config = load_config(path, ["benchmark.name=split", "benchmark.multi_head=true"])
+    assert config.benchmark.multi_head is True
+    assert load_config(path).train.learning_rate == pytest.approx(1e-3)
+
+
+def test_presets_apply_for_the_selected_method_and_set_wins(tmp_path):
+    path = write(tmp_path, """
+        benchmark: {source: digits, dataset: digits}
+        method: {name: finetune}
+        train: {learning_rate: 0.1}
+        presets:
+          er:
+            method: {memory_size: 123}
+            train: {learning_rate: 0.03}
+    """)
+    finetune = load_config(path)
+    assert finetune.method.name == "finetune" and finetune.train.learning_rate == pytest.approx(0.1)
+    er = load_config(path, ["method.name=er"])
+    assert er.method.memory_size == 123 and er.train.learning_rate == pytest.approx(0.03)
+    er = load_config(path, ["method.name=er", "train.learning_rate=0.5", "method.memory_size=7"])
+    assert er.train.learning_rate == pytest.approx(0.5) and er.method.memory_size == 7
+
+
+def test_quickstart_config_is_valid_for_finetune_and_er():
+    path = os.path.join(REPO, "configs", "quickstart.yaml")
+    config = load_config(path)
+    assert config.benchmark.source == "digits" and config.benchmark.name == "permuted"
+    for name in ("finetune", "er"):
+        assert load_config(path, [f"method.name={name}"]).method.name == name
+
+
+@pytest.mark.parametrize(
+    "raw, overrides, expected",
+    [
+        # unknown keys: the key and the allowed keys
+        ({"train": {"lr": 0.1}}, (), ["train.lr", "learning_rate", "batch_size"]),
+        ({"bogus": 1}, (), ["bogus", "benchmark", "seed"]),
+        ({"method": {"name": "finetune", "memory_size": 3}}, (), ["method.memory_size", "allowed: name"]),
+        ({}, ["model.width=3"], ["model.width", "hidden_size"]),
+        # wrong types
+        ({"train": {"batch_size": "ten"}}, (), ["train.batch_size", "integer", "'ten'"]),
+        ({"train": {"batch_size": 2.5}}, (), ["train.batch_size", "integer"]),
+        ({"benchmark": {"multi_head": "maybe"}}, (), ["benchmark.multi_head", "true or false"]),
+        ({"train": {"learning_rate": "fast"}}, (), ["train.learning_rate", "number"]),
+        ({"train": {"learning_rate": True}}, (), ["train.learning_rate", "number"]),
+        ({"benchmark": {"samples_per_task": "all"}}, (), ["benchmark.samples_per_task", "integer or null"]),
+        ({"train": 5}, (), ["train", "mapping"]),
+        # values outside the allowed set
+        ({"benchmark": {"name": "shuffled"}}, (), ["benchmark.name", "'shuffled'", "permuted, rotated, split"]),
+        ({"benchmark": {"source": "ftp"}}, (), ["benchmark.source", "tfds, idx, npz, folder, digits"]),
+        ({"model": {"backbone": "vgg"}}, (), ["model.backbone", "mlp, convnet, resnet18"]),
+        ({"method": {"name": "magic"}}, (), ["method.name", "'magic'", "finetune", "er"]),
+        ({}, ["train.optimizer=rmsprop"], ["train.optimizer", "sgd, adam"]),
+        # values outside the allowed range
+        ({"train": {"batch_size": 0}}, (), ["train.batch_size", "0", "[1, inf]"]),
+        ({"train": {"learning_rate": 0}}, (), ["train.learning_rate", "(0, inf]"]),
+        ({"benchmark": {"validation_fraction": 1.0}}, (), ["benchmark.validation_fraction", "[0, 1)"]),
+        ({"method": {"name": "er", "memory_size": -3}}, (), ["method.memory_size", "-3", "[1, inf]"]),
+        ({"seed": -1}, (), ["seed", "-1", "[0, 4294967295]"]),
+        # inconsistent combinations and malformed overrides
+        ({"benchmark": {"source": "idx", "path": None}}, (), ["benchmark.path", "idx"]),
+        ({"benchmark": {"name": "permuted", "multi_head": True}}, (), ["benchmark.multi_head", "allowed: false"]),
+        ({}, ["train.batch_size"], ["train.batch_size", "dotted.key=value"]),
+        ({"seed": 1}, ["seed.value=3"], ["seed", "not a section"]),
+        ({}, ["seed.value=3"], ["seed", "integer"]),
+        ({"presets": {"magic": {}}}, (), ["presets.magic", "allowed"]),
+    ],
+)
+def test_invalid_configs_raise_one_line_naming_key_and_allowed(raw, overrides, expected):
+    message = error_of(raw, overrides)
+    for part in expected:
+        assert part in message, (part, message)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    path = write(tmp_path, "train:\n  learning_rate: [0.1\n  epochs: 2\n")
+    message = error_of(path=path)
+    assert "not valid YAML" in message and "line" in message and "config.yaml" in message
+    message = error_of(path=write(tmp_path, "- just\n- a list\n", "list.yaml"))
+    assert "mapping" in message
+    message = error_of(path=str(tmp_path / "missing.yaml"))
+    assert "missing.yaml" in message and "does not exist" in message
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("train:\n  batch_size: [\n", "not valid YAML"),
+        ("train:\n  batch_sise: 10\n", "unknown key 'train.batch_sise'; allowed: batch_size"),
+        ("method:\n  name: er\n  memory_size: many\n", "method.memory_size: expected an integer, got 'many'"),
+    ],
+)
+def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path, text, fragment):
+    path = write(tmp_path, text, "bad.yaml")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gcl_tf.train", "--config", path, "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and fragment in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "out" / "results.json").exists()

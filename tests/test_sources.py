@@ -1,0 +1,234 @@
+"""Every image source on small data written to tmp_path (TFDS through its mock): offline."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from gcl_tf.data.sources import make_source, read_idx
+from gcl_tf.errors import DataError
+
+from conftest import random_split, write_idx
+
+
+def load_both(config):
+    source = make_source(config.benchmark)
+    return source, source.load("train"), source.load("test")
+
+
+def one_line_data_error(call) -> str:
+    with pytest.raises(DataError) as info:
+        call()
+    message = str(info.value)
+    assert message and "\n" not in message
+    return message
+
+
+# ------------------------------------------------------------------------------------- idx
+def write_idx_folder(folder, gz: bool, n_train=30, n_test=12, labels_max=10):
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = ".gz" if gz else ""
+    arrays = {}
+    for stem, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
+        images, labels = random_split(n, (6, 5), labels_max, seed)
+        write_idx(folder / f"{stem}-images-idx3-ubyte{suffix}", images)
+        write_idx(folder / f"{stem}-labels-idx1-ubyte{suffix}", labels)
+        arrays[stem] = (images, labels)
+    return arrays
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_idx_source_reads_mnist_format_files(tmp_path, make_config, gz):
+    arrays = write_idx_folder(tmp_path / "idx", gz)
+    config = make_config({"benchmark": {"source": "idx", "path": str(tmp_path / "idx")}})
+    source, train, test = load_both(config)
+    for split, stem in ((train, "train"), (test, "t10k")):
+        images, labels = arrays[stem]
+        assert split.images.dtype == np.uint8 and split.images.shape == images.shape + (1,)
+        np.testing.assert_array_equal(split.images[..., 0], images)
+        np.testing.assert_array_equal(split.labels, labels)
+        assert split.labels.dtype == np.int64
+    assert source.num_classes == 10
+
+
+def test_idx_bad_magic_truncated_and_missing_files(tmp_path, make_config):
+    images, _ = random_split(4, (3, 3), 2, 0)
+    good = tmp_path / "good-idx3-ubyte"
+    write_idx(good, images)
+    np.testing.assert_array_equal(read_idx(str(good)), images)
+
+    raw = good.read_bytes()
+    bad_magic = tmp_path / "bad-magic"
+    bad_magic.write_bytes(b"\x00\x00\x0d\x03" + raw[4:])  # dtype code 0x0d (float) is not ours
+    assert "magic" in one_line_data_error(lambda: read_idx(str(bad_magic)))
+    bad_magic.write_bytes(b"PK\x03\x04" + raw[4:])
+    assert "magic" in one_line_data_error(lambda: read_idx(str(bad_magic)))
+
+    truncated = tmp_path / "truncated"
+    truncated.write_bytes(raw[:-5])
+    assert "truncated" in one_line_data_error(lambda: read_idx(str(truncated)))
+    truncated.write_bytes(raw[:10])  # inside the header
+    assert "truncated" in one_line_data_error(lambda: read_idx(str(truncated)))
+    truncated_gz = tmp_path / "truncated.gz"
+    truncated_gz.write_bytes(gzip.compress(raw)[:-12])
+    assert "truncated" in one_line_data_error(lambda: read_idx(str(truncated_gz)))
+
+    folder = tmp_path / "idx"
+    write_idx_folder(folder, gz=True)
+    (folder / "t10k-labels-idx1-ubyte.gz").unlink()
+    source = make_source(make_config({"benchmark": {"source": "idx", "path": str(folder)}}).benchmark)
+    source.load("train")
+    assert "t10k-labels-idx1-ubyte" in one_line_data_error(lambda: source.load("test"))
+    missing = make_config({"benchmark": {"source": "idx", "path": str(tmp_path / "nowhere")}})
+    assert "does not exist" in one_line_data_error(lambda: make_source(missing.benchmark).load("train"))
+
+
+def test_idx_labels_outside_class_range(tmp_path, make_config):
+    folder = tmp_path / "idx"
+    write_idx_folder(folder, gz=False)
+    config = make_config({"benchmark": {"source": "idx", "path": str(folder), "num_classes": 5}})
+    message = one_line_data_error(lambda: make_source(config.benchmark).load("train"))
+    assert "labels outside the class range" in message and "0..4" in message
+
+
+# ------------------------------------------------------------------------------------- npz
+def test_npz_source_reads_keras_style_arrays(npz_config, npz_file):
+    _, (x_train, y_train, x_test, y_test) = npz_file
+    source, train, test = load_both(npz_config())
+    np.testing.assert_array_equal(train.images[..., 0], x_train)
+    np.testing.assert_array_equal(train.labels, y_train)
+    np.testing.assert_array_equal(test.images[..., 0], x_test)
+    np.testing.assert_array_equal(test.labels, y_test)
+    assert source.num_classes == 10
+
+
+def test_npz_float_images_and_column_labels(tmp_path, make_config):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(10, 4, 4, 3)).astype(np.uint8)
+    y = (np.arange(10) % 3)[:, None]  # Keras CIFAR style: [N, 1]
+    path = tmp_path / "float.npz"
+    np.savez(path, x_train=x / 255.0, y_train=y, x_test=x[:4] / 255.0, y_test=y[:4])
+    config = make_config({"benchmark": {"source": "npz", "path": str(path)}})
+    _, train, test = load_both(config)
+    np.testing.assert_array_equal(train.images, x)
+    np.testing.assert_array_equal(train.labels, y[:, 0])
+    assert test.images.shape == (4, 4, 4, 3)
+
+
+def test_npz_errors(tmp_path, make_config):
+    x, y = random_split(20, (4, 4), 4, 0)
+
+    def source_of(**arrays):
+        path = tmp_path / "bad.npz"
+        np.savez(path, **arrays)
+        return make_source(make_config({"benchmark": {"source": "npz", "path": str(path)}}).benchmark)
+
+    assert "x_test" in one_line_data_error(lambda: source_of(x_train=x, y_train=y).load("test"))
+    negative = y.copy()
+    negative[3] = -1
+    assert "outside the class range" in one_line_data_error(
+        lambda: source_of(x_train=x, y_train=negative).load("train"))
+    # Test labels beyond the classes inferred from the training labels (0..3).
+    beyond = y[:5].copy()
+    beyond[0] = 7
+    source = source_of(x_train=x, y_train=y, x_test=x[:5], y_test=beyond)
+    message = one_line_data_error(lambda: source.load("test"))
+    assert "outside the class range" in message and "0..3" in message
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip file")
+    config = make_config({"benchmark": {"source": "npz", "path": str(garbage)}})
+    assert "not a readable .npz" in one_line_data_error(lambda: make_source(config.benchmark).load("train"))
+
+
+# ---------------------------------------------------------------------------------- folder
+def write_png_folder(root, classes: dict[str, int], size=(7, 5), seed=0):
+    """root/{train,test}/<class>/*.png grayscale images; returns {split: {class: [arrays]}}."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    written = {}
+    for split, factor in (("train", 1), ("test", 2)):
+        written[split] = {}
+        for name, count in classes.items():
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            images = []
+            for k in range(count * factor):
+                image = rng.integers(0, 256, size=size, dtype=np.uint8)
+                Image.fromarray(image, mode="L").save(folder / f"{k:03d}.png")
+                images.append(image)
+            written[split][name] = images
+    return written
+
+
+def test_folder_source_classes_in_sorted_name_order(tmp_path, make_config):
+    # Names whose creation order differs from their sorted order.
+    classes = {"zebra": 3, "ant": 2, "moth": 4}
+    written = write_png_folder(tmp_path / "imgs", classes)
+    config = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"),
+                                        "color_mode": "grayscale"}})
+    source, train, test = load_both(config)
+    assert source.num_classes == 3
+    order = sorted(classes)  # ant -> 0, moth -> 1, zebra -> 2
+    for split, data in (("train", train), ("test", test)):
+        assert data.images.shape[1:] == (7, 5, 1) and data.images.dtype == np.uint8
+        for label, name in enumerate(order):
+            got = data.images[data.labels == label][..., 0]
+            expected = np.stack(written[split][name])
+            assert len(got) == len(expected)
+            # Same images (PNG is lossless), whatever the order inside the class.
+            assert sorted(a.tobytes() for a in got) == sorted(a.tobytes() for a in expected)
+
+    rgb = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"), "image_size": 4}})
+    train = make_source(rgb.benchmark).load("train")
+    assert train.images.shape == (9, 4, 4, 3)
+
+
+def test_folder_source_errors(tmp_path, make_config):
+    write_png_folder(tmp_path / "imgs", {"a": 2, "b": 2})
+    (tmp_path / "imgs" / "train" / "c").mkdir()  # an empty class folder
+    config = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs")}})
+    message = one_line_data_error(lambda: make_source(config.benchmark).load("train"))
+    assert "empty" in message and "train/c" in message
+    missing = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "none")}})
+    assert "does not exist" in one_line_data_error(lambda: make_source(missing.benchmark).load("train"))
+
+
+# ---------------------------------------------------------------------------------- digits
+def test_digits_source(make_config):
+    source, train, test = load_both(make_config())
+    assert train.images.shape == (1347, 8, 8, 1) and test.images.shape == (450, 8, 8, 1)
+    assert train.images.dtype == np.uint8 and train.images.max() == 255
+    assert source.num_classes == 10
+    assert set(np.unique(train.labels)) == set(range(10)) == set(np.unique(test.labels))
+    # The split is fixed: loading again gives the same arrays.
+    _, train_again, _ = load_both(make_config())
+    np.testing.assert_array_equal(train.images, train_again.images)
+
+
+# ------------------------------------------------------------------------------------ tfds
+@pytest.mark.parametrize("dataset, shape", [("mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))])
+def test_tfds_source_through_mock_data(make_config, monkeypatch, tmp_path, dataset, shape):
+    import tensorflow_datasets as tfds
+
+    # No network: any attempt to download would fail loudly.
+    def no_download(*args, **kwargs):
+        raise AssertionError("the TFDS source tried to download")
+
+    monkeypatch.setattr(tfds.download.DownloadManager, "download", no_download)
+    monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", no_download)
+    config = make_config({"benchmark": {"source": "tfds", "dataset": dataset, "path": str(tmp_path)}})
+    with tfds.testing.mock_data(num_examples=24):
+        source, train, test = load_both(config)
+    assert source.num_classes == 10
+    for split in (train, test):
+        assert split.images.shape == (24,) + shape and split.images.dtype == np.uint8
+        assert split.labels.dtype == np.int64
+        assert split.labels.min() >= 0 and split.labels.max() < 10
+
+
+def test_tfds_unknown_dataset_is_a_data_error(make_config):
+    config = make_config({"benchmark": {"source": "tfds", "dataset": "no_such_dataset_xyz"}})
+    message = one_line_data_error(lambda: make_source(config.benchmark).num_classes)
+    assert "no_such_dataset_xyz" in message and "mnist" in message
