@@ -1,0 +1,168 @@
+"""EWC: elastic weight consolidation (Kirkpatrick et al. 2017), with the semantics of the GEM
+repository's implementation (``model/ewc.py``), which the GCL paper adopted.
+
+At the end of task ``t`` the diagonal empirical Fisher ``F_t`` is estimated on the task's first
+``fisher_samples`` stream samples (GEM's ``n_memories`` samples kept per task) and stored with the
+parameters ``theta_t`` reached at that point. While learning later tasks the loss is
+
+    CE + ewc_lambda * sum_{t' < t} sum_i F_{t', i} (theta_i - theta_{t', i})^2
+
+(no 1/2 factor, one anchor per past task, as in GEM's code). The per-task sum is kept in a fixed
+size by the exact identity ``sum_t F_t (p - a_t)^2 = A (p - mu)^2 + K`` with ``A = sum_t F_t``,
+``mu = sum_t F_t a_t / A`` and the constant ``K = sum_t F_t (a_t - mu)^2``: the loss, its gradient
+and the checkpointed state do not grow with the number of tasks.
+
+Fisher: the empirical Fisher of the paper, the mean over samples of the squared per-sample
+gradient of the log-likelihood ``log p(y | x)`` (computed in a compiled loop, BatchNorm in
+inference mode). GEM's code squares the gradient of the mean loss of those samples instead.
+Multi-head (``benchmark.multi_head``): the likelihood and the training loss only see the task's
+classes, as GEM does on CIFAR100. Needs task boundaries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf.backbones import build_classifier
+from gcl_tf.config import MethodConfig, _range
+from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
+from gcl_tf.methods.common import TaskClasses, collect_dataset, require_task_boundaries
+
+
+@dataclass
+class Config(MethodConfig):
+    name: str = "ewc"
+    # Penalty strength (the GCL paper's best: 10 on MNIST variants, 100 on the other benchmarks).
+    ewc_lambda: float = field(default=10.0, metadata=_range(0.0))
+    # Samples of each finished task (its first ones in stream order) used to estimate the Fisher
+    # (GEM's n_memories; 50 = the paper's 1000-sample budget over 20 tasks).
+    fisher_samples: int = field(default=50, metadata=_range(1))
+
+
+# ----------------------------------------------------------------------------- pure math
+
+
+def empirical_fisher(nll_fn, variables, x, y):
+    """Diagonal empirical Fisher: the mean over samples of the squared per-sample gradient.
+
+    ``nll_fn(x_i, y_i)`` returns the scalar negative log-likelihood of one sample given as a
+    batch of one (``x_i`` [1, ...], ``y_i`` [1]). Returns one tensor per variable, shaped like it.
+    Runs the samples one by one in a ``tf.while_loop`` (a fixed graph for any sample count).
+    """
+    n = tf.shape(x)[0]
+    zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
+
+    def body(i, acc):
+        with tf.GradientTape() as tape:
+            loss = nll_fn(x[i:i + 1], y[i:i + 1])
+        grads = tape.gradient(loss, variables)
+        return i + 1, [a if g is None else a + tf.square(g) for a, g in zip(acc, grads)]
+
+    _, total = tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), zeros))
+    denom = tf.cast(tf.maximum(n, 1), variables[0].dtype)
+    return [t / denom for t in total]
+
+
+def merge_quadratic(importance, anchor, offset, fisher, params):
+    """Fold ``F (p - params)^2`` into ``A (p - mu)^2 + K`` (one variable's arrays).
+
+    Returns the new ``(A, mu, K_increment)`` with ``A' = A + F``, ``mu' = (A mu + F params) / A'``
+    (``params`` where ``A' = 0``) and ``K' - K = sum A (mu - mu')^2 + F (params - mu')^2``.
+    """
+    total = importance + fisher
+    safe = tf.where(total > 0, total, tf.ones_like(total))
+    mean = tf.where(total > 0, (importance * anchor + fisher * params) / safe, params)
+    increment = tf.reduce_sum(importance * tf.square(anchor - mean) + fisher * tf.square(params - mean))
+    return total, mean, offset + increment
+
+
+def quadratic_penalty(importance, anchor, params):
+    """``sum_i A_i (p_i - mu_i)^2`` over lists of tensors."""
+    return tf.add_n([tf.reduce_sum(a * tf.square(p - m)) for a, m, p in zip(importance, anchor, params)])
+
+
+# ----------------------------------------------------------------------------- state
+
+
+class EWCState(tf.Module):
+    """Accumulated Fisher ``A``, the Fisher-weighted mean anchor ``mu`` and the constant ``K``."""
+
+    def __init__(self, variables, name: str = "ewc"):
+        super().__init__(name=name)
+        with self.name_scope:
+            self.importance = [
+                tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"fisher_{i}")
+                for i, v in enumerate(variables)
+            ]
+            self.anchor = [
+                tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"anchor_{i}")
+                for i, v in enumerate(variables)
+            ]
+            self.offset = tf.Variable(tf.constant(0.0), trainable=False, name="offset")
+            self.num_tasks = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="num_tasks")
+
+    def penalty(self, params) -> tf.Tensor:
+        """``sum_t sum_i F_{t,i} (p_i - theta_{t,i})^2`` over the consolidated tasks."""
+        return quadratic_penalty(self.importance, self.anchor, params) + self.offset
+
+    def consolidate(self, fisher, params) -> None:
+        offset = self.offset
+        for a, m, f, p in zip(self.importance, self.anchor, fisher, params):
+            total, mean, offset = merge_quadratic(a, m, offset, f, tf.convert_to_tensor(p))
+            a.assign(total)
+            m.assign(mean)
+        self.offset.assign(offset)
+        self.num_tasks.assign_add(1)
+
+
+# ----------------------------------------------------------------------------- method
+
+
+class Method(ContinualModel):
+    task_free = False
+
+    def __init__(self, config, input_shape, num_classes):
+        super().__init__(config, input_shape, num_classes)
+        require_task_boundaries(config, "ewc")
+        self.network = build_classifier(config.model, input_shape, num_classes)
+        self.ewc_lambda = float(config.method.ewc_lambda)
+        self.fisher_samples = int(config.method.fisher_samples)
+        self.task_classes = TaskClasses(config.benchmark.num_tasks, num_classes, config.benchmark.multi_head)
+        self.ewc = EWCState(self.network.trainable_variables)
+        self._consolidate_fn = tf.function(self._consolidate, reduce_retracing=True)
+
+    def call(self, x, training=False):
+        return self.network(x, training=training)
+
+    def on_task_start(self, task_index, classes):
+        super().on_task_start(task_index, classes)
+        self.task_classes.set_task(task_index, classes)
+
+    def learn(self, x, y):
+        mask = self.task_classes.mask(self.current_task)
+        variables = self.network.trainable_variables
+        with tf.GradientTape() as tape:
+            ce = tf.reduce_mean(cross_entropy(y, mask_logits(self(x, training=True), mask)))
+            penalty = self.ewc.penalty(variables)
+            loss = ce + self.ewc_lambda * penalty
+        self.apply_gradients(tape, loss, variables)
+        return {"loss": loss, "cross_entropy": ce, "penalty": penalty}
+
+    def _consolidate(self, x, y, task):
+        variables = self.network.trainable_variables
+        mask = self.task_classes.mask(task)
+
+        def nll(xi, yi):
+            return tf.reduce_sum(cross_entropy(yi, mask_logits(self.network(xi, training=False), mask)))
+
+        fisher = empirical_fisher(nll, variables, x, y)
+        self.ewc.consolidate(fisher, variables)
+        return fisher
+
+    def on_task_end(self, task_index, dataset):
+        x, y = collect_dataset(dataset, limit=self.fisher_samples)
+        if x is None:
+            return
+        self._consolidate_fn(tf.constant(x, tf.float32), tf.constant(y, tf.int32), tf.constant(task_index, tf.int32))
