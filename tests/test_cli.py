@@ -1,0 +1,86 @@
+"""End to end: ``python -m gcl_tf.train`` on the bundled digits, as a user runs it."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+
+QUICKSTART = os.path.join(REPO, "configs", "quickstart.yaml")
+
+
+def train_cli(*args, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "gcl_tf.train", "--config", QUICKSTART, *args],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+
+
+def tensorboard_tags(folder) -> set[str]:
+    import tensorflow as tf
+
+    tags = set()
+    for path in glob.glob(os.path.join(folder, "**", "events.out.tfevents.*"), recursive=True):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+def test_train_cli_writes_results_and_tensorboard_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "run"
+    args = ["--set", "benchmark.num_tasks=3", "--set", "benchmark.samples_per_task=200",
+            "--set", "train.log_every=5", "--output", str(out)]
+    proc = train_cli(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Task 1/3" in proc.stdout and "ACC" in proc.stdout  # progress is visible
+    assert "Traceback" not in proc.stderr
+
+    results = json.loads((out / "results.json").read_text())
+    R = np.array(results["accuracy_matrix"], dtype=float)
+    assert R.shape == (3, 3) and np.all((R >= 0) & (R <= 100))
+    assert results["acc"] == pytest.approx(R[-1].mean())
+    assert results["fgt"] == pytest.approx(np.mean([R[:2, j].max() - R[2, j] for j in range(2)]))
+    assert results["bwt"] == pytest.approx(np.mean([R[2, j] - R[j, j] for j in range(2)]))
+    assert R[0, 0] > 50  # it learned the first task (10 classes: chance is 10%)
+    assert results["train_seconds"] > 0 and results["eval_seconds"] > 0
+    assert results["train_steps"] == 3 * 200 // 10
+    config = results["config"]
+    assert config["method"]["name"] == "er" and config["method"]["memory_size"] == 200
+    assert config["benchmark"]["num_tasks"] == 3 and config["benchmark"]["source"] == "digits"
+    assert (out / "config.yaml").exists()
+
+    tags = tensorboard_tags(out / "tensorboard")
+    assert {"accuracy/task_01", "accuracy/task_03", "accuracy/average_tasks_seen", "train/loss"} <= tags
+
+    # A second run into the same folder refuses and leaves results.json alone.
+    before = (out / "results.json").read_bytes()
+    mtime = os.stat(out / "results.json").st_mtime_ns
+    proc = train_cli(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--overwrite" in lines[0] and "results.json" in lines[0]
+    assert (out / "results.json").read_bytes() == before
+    assert os.stat(out / "results.json").st_mtime_ns == mtime
+
+
+def test_er_beats_finetune_on_permuted_digits(tmp_path):
+    """The quickstart stream (5 permuted tasks of 500 digits): ER's memory keeps old tasks."""
+    acc, fgt = {}, {}
+    for method in ("finetune", "er"):
+        for seed in (0, 1):
+            out = tmp_path / f"{method}-{seed}"
+            proc = train_cli("--set", f"method.name={method}", "--set", f"seed={seed}",
+                             "--set", "train.verbose=0", "--output", str(out))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            results = json.loads((out / "results.json").read_text())
+            assert np.array(results["accuracy_matrix"]).shape == (5, 5)
+            acc[method, seed], fgt[method, seed] = results["acc"], results["fgt"]
+    for seed in (0, 1):
+        assert acc["er", seed] > acc["finetune", seed] + 8, acc
+        assert fgt["er", seed] < fgt["finetune", seed], fgt
+    assert np.mean([acc["er", s] - acc["finetune", s] for s in (0, 1)]) > 12, acc

@@ -1,0 +1,115 @@
+"""tf.data streams: fixed-shape shuffled training batches; padded evaluation with weight 0."""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf.data.sources import SplitData
+from gcl_tf.data.streams import eval_arrays, eval_dataset, train_dataset
+from gcl_tf.methods.base import ContinualModel
+
+
+def indexed_split(n: int) -> SplitData:
+    """Image k is filled with the value k (so a batch tells which samples it holds)."""
+    images = np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 3, 2, 1)).copy()
+    return SplitData(images, (np.arange(n) % 7).astype(np.int64))
+
+
+def batches_of(ds):
+    """[(sample indices, labels)] for every batch."""
+    return [(np.round(x.numpy()[:, 0, 0, 0] * 255).astype(int), y.numpy()) for x, y in ds]
+
+
+def test_training_batches_have_static_shape_float32_in_unit_range():
+    data = indexed_split(53)
+    ds, steps = train_dataset(data, batch_size=10, epochs=3, seed=0, task_index=0)
+    assert steps == 5
+    x_spec, y_spec = ds.element_spec
+    assert x_spec.shape.as_list() == [10, 3, 2, 1] and x_spec.dtype == tf.float32
+    assert y_spec.shape.as_list() == [10] and y_spec.dtype == tf.int32
+    batches = list(ds)
+    assert len(batches) == 3 * 5  # the partial batch of every epoch is dropped
+    for x, y in batches:
+        assert x.shape == (10, 3, 2, 1) and x.dtype == tf.float32
+        assert float(tf.reduce_min(x)) >= 0.0 and float(tf.reduce_max(x)) <= 1.0
+    index, labels = batches_of(ds)[0]
+    np.testing.assert_array_equal(labels, data.labels[index])
+    assert batches_of(ds)[-1][0].max() <= 52
+
+
+def test_training_order_fixed_for_a_seed_and_reshuffled_every_epoch():
+    data = indexed_split(50)
+
+    def order(seed, task=0):
+        ds, _ = train_dataset(data, batch_size=10, epochs=3, seed=seed, task_index=task)
+        return np.concatenate([index for index, _ in batches_of(ds)]).reshape(3, 50)
+
+    a = order(0)
+    np.testing.assert_array_equal(a, order(0))
+    for epoch in a:  # every epoch is one pass over all samples
+        assert sorted(epoch) == list(range(50))
+    assert not np.array_equal(a[0], a[1]) and not np.array_equal(a[1], a[2])
+    assert not np.array_equal(a[0], np.arange(50))  # shuffled
+    assert not np.array_equal(a, order(1))
+    assert not np.array_equal(a, order(0, task=1))
+    # Resuming part-way gives the rest of the same stream.
+    ds, _ = train_dataset(data, batch_size=10, epochs=3, seed=0, task_index=0, skip_batches=7)
+    np.testing.assert_array_equal(np.concatenate([i for i, _ in batches_of(ds)]), a.reshape(-1)[70:])
+
+
+def test_eval_arrays_pad_to_whole_batches_with_weight_zero():
+    data = indexed_split(23)
+    mask = np.array([True, False, True, True, True, True, True])
+    images, labels, masks, weights = eval_arrays(data, mask, batch_size=10)
+    assert len(images) == len(labels) == len(masks) == len(weights) == 30
+    np.testing.assert_array_equal(weights, [1.0] * 23 + [0.0] * 7)
+    np.testing.assert_array_equal(images[:23], data.images)
+    assert (masks == mask).all()
+    ds = eval_dataset(data, mask, batch_size=10)
+    shapes = [tuple(x.shape) for x, _, _, _ in ds]
+    assert shapes == [(10, 3, 2, 1)] * 3
+    assert float(sum(tf.reduce_sum(w) for _, _, _, w in ds)) == 23.0
+    x, _, m, _ = next(iter(ds))
+    assert x.dtype == tf.float32 and float(tf.reduce_max(x)) <= 1.0 and m.shape == (10, 7)
+
+
+class Bright(ContinualModel):
+    """Predicts class 1 for images brighter than 0.5, class 0 otherwise (classes 2.. never)."""
+
+    def call(self, x, training=False):
+        mean = tf.reduce_mean(tf.reshape(x, [tf.shape(x)[0], -1]), axis=1)  # [N]
+        logits = tf.stack([0.5 - mean, mean - 0.5], axis=1)  # [N, 2]
+        return tf.pad(logits, [[0, 0], [0, self.num_classes - 2]], constant_values=-5.0)
+
+
+class Fixed(ContinualModel):
+    """The same logits for every image: class 0 best, then 1, then 2 ..."""
+
+    def call(self, x, training=False):
+        logits = -tf.range(self.num_classes, dtype=tf.float32)
+        return tf.tile(logits[None], [tf.shape(x)[0], 1])
+
+
+def evaluate(model, data, mask, batch_size):
+    model.compile()
+    return model.evaluate(eval_dataset(data, mask, batch_size), verbose=0, return_dict=True)["accuracy"]
+
+
+def test_evaluation_accuracy_ignores_padding(make_config):
+    model = Bright(make_config(), (3, 2, 1), 3)
+    # 7 white images of class 0: all wrong. The 3 padding images are black with label 0: they
+    # would be "right" if they counted.
+    white = SplitData(np.full((7, 3, 2, 1), 255, np.uint8), np.zeros(7, np.int64))
+    assert evaluate(model, white, np.ones(3, bool), batch_size=5) == 0.0
+    # 4 of 7 right.
+    mixed = SplitData(np.full((7, 3, 2, 1), 255, np.uint8), np.array([1, 1, 0, 1, 0, 1, 0]))
+    np.testing.assert_allclose(evaluate(model, mixed, np.ones(3, bool), batch_size=5), 4 / 7, rtol=1e-6)
+    np.testing.assert_allclose(evaluate(model, mixed, np.ones(3, bool), batch_size=100), 4 / 7, rtol=1e-6)
+
+
+def test_evaluation_class_mask_restricts_predictions(make_config):
+    model = Fixed(make_config(), (3, 2, 1), 4)
+    data = SplitData(np.zeros((6, 3, 2, 1), np.uint8), np.full(6, 2, np.int64))
+    assert evaluate(model, data, np.ones(4, bool), batch_size=4) == 0.0  # predicts 0
+    # Multi-head: only classes 2 and 3 allowed -> predicts 2.
+    assert evaluate(model, data, np.array([False, False, True, True]), batch_size=4) == 1.0
