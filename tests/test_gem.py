@@ -99,9 +99,9 @@ def test_zero_margin_is_the_euclidean_projection_onto_the_cone():
 def test_nonnegative_qp_matches_brute_force_over_active_sets():
     rng = np.random.default_rng(3)
     solve = tf.function(gem.nonnegative_qp)
-    for _ in range(30):
+    for trial in range(120):
         n = 5
-        A = rng.normal(size=(n, n + 2))
+        A = rng.normal(size=(n, 3 if trial % 2 else n + 2))  # low rank: needs the active set's step back
         Q = A @ A.T + 1e-2 * np.eye(n)
         c = rng.normal(size=n) * 3
         best, best_value = None, np.inf
@@ -177,6 +177,40 @@ def test_step_applies_the_projected_gradient():
     expected = g - (g @ g0) / (g0 @ g0 + gem.GEM_EPS) * g0
     np.testing.assert_allclose(applied, expected, atol=1e-5 * np.abs(expected).max())
     assert abs(applied @ g0) < 1e-2 * abs(g @ g0)
+
+
+def test_past_gradients_are_the_memory_gradients_of_earlier_tasks_only():
+    config = digits_config({"name": "gem", "memory_size": 30})
+    model = gem.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    rng = np.random.default_rng(6)
+    for task in range(3):
+        model.on_task_start(task, np.arange(10))
+        x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
+        model.learn(tf.constant(x), tf.constant(rng.integers(0, 10, size=10).astype(np.int32)))
+    G = model.past_gradients(tf.constant(2)).numpy()
+    assert G.shape == (3, model.num_parameters)
+    for t in range(2):
+        np.testing.assert_allclose(G[t], model.memory_gradient(tf.constant(t)).numpy(), rtol=1e-5, atol=1e-7)
+        assert np.abs(G[t]).max() > 0
+    assert np.all(G[2] == 0)
+
+
+def test_multi_head_losses_only_see_the_task_classes():
+    config = digits_config(
+        {"name": "gem", "memory_size": 50},
+        {"name": "split", "num_tasks": 5, "classes_per_task": 2, "samples_per_task": None, "multi_head": True},
+    )
+    model = gem.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    rng = np.random.default_rng(7)
+    model.on_task_start(0, np.array([0, 1]))
+    model.learn(tf.constant(rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)),
+                tf.constant(rng.integers(0, 2, size=10).astype(np.int32)))
+    model.on_task_start(1, np.array([2, 3]))
+    grads = gem.unflatten(model.memory_gradient(tf.constant(0)), model.network.trainable_variables)
+    bias = grads[-1].numpy()  # output layer bias [10]
+    assert np.all(bias[2:] == 0) and np.any(bias[:2] != 0)
 
 
 def test_learns_permuted_digits(tmp_path):
