@@ -14,9 +14,10 @@ SALT_REPLAY = 102
 
 
 def step_seed(seed: int, counter, salt: int) -> tf.Tensor:
-    """A stateless seed [2] int64 from the run seed, a step counter and a purpose salt."""
+    """A stateless seed [2] int32 (TFP's seed dtype) from the run seed, a counter and a purpose salt."""
     base = tf.constant([seed, salt], dtype=tf.int64)
-    return tf.random.experimental.stateless_fold_in(base, tf.cast(counter, tf.int64))
+    folded = tf.random.experimental.stateless_fold_in(base, tf.cast(counter, tf.int64))
+    return tf.cast(folded, tf.int32)
 
 
 def reservoir_slots(num_seen, batch_size: int, capacity: int, seed) -> tf.Tensor:

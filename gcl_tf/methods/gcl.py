@@ -1,0 +1,342 @@
+"""GCL: Graph-Based Continual Learning (Tang & Matteson, ICLR 2021).
+
+The episodic memory holds context images and labels (reservoir sampling, task-free) and the
+logits of the context graph G learned so far. Each step embeds contexts and targets with a
+shared trunk and two heads, builds Bernoulli edge logits from an RBF kernel with a learned
+scale, samples one relaxed graph (context rows: G, target rows: A), aggregates the contexts'
+latent and label embeddings along its normalised rows, and classifies the result. The loss adds
+a graph regulariser: contexts whose loss rose above their best keep their stored edges.
+
+Shapes: ``M`` memory capacity (always ``[M, ...]`` with a fill mask), ``T`` targets per batch,
+``H`` hidden size, ``K`` classes. Notation follows ../shared/GCL_SPEC.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import keras
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from gcl_tf.backbones import build_backbone
+from gcl_tf.config import MethodConfig, _range
+from gcl_tf.errors import ConfigError
+from gcl_tf.memory import ReservoirMemory, step_seed
+from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
+
+tfd = tfp.distributions
+
+SALT_TRAIN_GRAPH = 201
+SALT_TEST_GRAPH = 202
+ROW_EPS = 1e-12  # guards the L1 normalisation of an all-zero row
+LOG_KERNEL_MAX = -1e-6  # log k is clipped below 0 so that logit(k) stays finite
+
+
+@dataclass
+class Config(MethodConfig):
+    name: str = "gcl"
+    memory_size: int = field(default=1000, metadata=_range(1))
+    # Weight of the context cross-entropy (the target cross-entropy has weight 1).
+    context_lambda: float = field(default=1.0, metadata=_range(0.0))
+    # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
+    graph_lambda: float = field(default=50.0, metadata=_range(0.0))
+    # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
+    # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
+    context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    target_temperature: float = field(default=5.0, metadata=_range(0.0, lo_open=True))
+    test_temperature: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
+    # Graph samples averaged at test time (paper: 30).
+    test_graph_samples: int = field(default=30, metadata=_range(1))
+    # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
+    stochastic_graphs: bool = True
+
+
+# ------------------------------------------------------------------------------ pure math
+def squared_distances(a, b):
+    """||a_i - b_j||^2 for a [N, D], b [P, D] -> [N, P] (clamped at 0 against round-off)."""
+    a2 = tf.reduce_sum(tf.square(a), axis=1, keepdims=True)  # [N, 1]
+    b2 = tf.reduce_sum(tf.square(b), axis=1)[None, :]  # [1, P]
+    return tf.maximum(a2 + b2 - 2.0 * tf.matmul(a, b, transpose_b=True), 0.0)
+
+
+def rbf_log_kernel(a, b, log_scale):
+    """log k(i, j) = -0.5 ||a_i - b_j||^2 / exp(log_scale)   [N, P]."""
+    return -0.5 * squared_distances(a, b) * tf.exp(-log_scale)
+
+
+def logit_of_exp(log_k):
+    """logit(k) = log k - log(1 - k) from log k, stably: x - log(-expm1(x)), x clipped below 0."""
+    x = tf.minimum(log_k, LOG_KERNEL_MAX)
+    return x - tf.math.log(-tf.math.expm1(x))
+
+
+def edge_logits(u_rows, u_cols, log_scale):
+    """Bernoulli logits of the edges between row and column embeddings [N, P]."""
+    return logit_of_exp(rbf_log_kernel(u_rows, u_cols, log_scale))
+
+
+def logit_relaxed_bernoulli(logits, temperature):
+    """The relaxed Bernoulli in logit space (Maddison et al. 2017): Logistic(logits / t, 1 / t).
+
+    ``tf.sigmoid`` of its samples is exactly ``tfd.RelaxedBernoulli(t, logits).sample()`` for
+    the same seed, but with finite gradients: TFP's RelaxedBernoulli pushes the sample through
+    a Sigmoid bijector whose ``tf.where(x < -9, exp(x), sigmoid(x))`` overflows in the unused
+    branch when the sample saturates (low temperature), turning the gradient into NaN.
+    """
+    return tfd.Logistic(loc=logits / temperature, scale=1.0 / temperature)
+
+
+def sample_graph(logits, temperature, seed, stochastic: bool = True, sample_shape=()):
+    """Reparameterised relaxed-Bernoulli graph(s) in (0, 1), or the Bernoulli means."""
+    if not stochastic:
+        means = tf.sigmoid(logits)
+        if not sample_shape:
+            return means
+        return tf.broadcast_to(means, tf.concat([tf.constant(sample_shape, tf.int32), tf.shape(means)], 0))
+    return tf.sigmoid(logit_relaxed_bernoulli(logits, temperature).sample(sample_shape, seed=seed))
+
+
+def normalize_rows(graph, edge_mask):
+    """Zero the edges outside ``edge_mask`` (broadcastable to ``graph``) and L1-normalise rows."""
+    graph = graph * tf.cast(edge_mask, graph.dtype)
+    return graph / tf.maximum(tf.reduce_sum(graph, axis=-1, keepdims=True), ROW_EPS)
+
+
+def graph_regularizer(current_logits, stored_logits, regularized):
+    """The graph regulariser L_G over the regularised context pairs.
+
+    ``current_logits, stored_logits`` [M, M]; ``regularized`` [M] bool (contexts whose loss is
+    above their best). Mean over the entries (i, k), i != k, with both ends regularised of the
+    Bernoulli cross-entropy between the stored edge probabilities and the current ones, minus
+    the (constant) entropy of the stored ones: the KL divergence, which has the cross-entropy's
+    gradient and is 0 when nothing was forgotten. 0 when no pair is regularised. Stored edges
+    get no gradient.
+    """
+    m = tf.shape(regularized)[0]
+    pairs = tf.logical_and(regularized[:, None], regularized[None, :])
+    pairs = tf.logical_and(pairs, tf.logical_not(tf.eye(m, dtype=tf.bool)))
+    weights = tf.cast(pairs, current_logits.dtype)
+    stored_logits = tf.stop_gradient(stored_logits)
+    targets = tf.sigmoid(stored_logits)
+    cross_entropy_ = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=current_logits)
+    entropy = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=stored_logits)
+    divergence = cross_entropy_ - entropy  # [M, M]
+    return tf.math.divide_no_nan(tf.reduce_sum(weights * divergence), tf.reduce_sum(weights))
+
+
+def replaced_source_index(slots, capacity: int):
+    """Where each memory slot's new content comes from, after reservoir insertion.
+
+    ``slots`` [T] (slot of target j, or -1). Returns ``(source [M], replaced [M] bool)`` with
+    ``source[s] = s`` for a slot that keeps its context and ``M + j`` for a slot taken by target j.
+    """
+    t = tf.shape(slots)[0]
+    stored = slots >= 0
+    index = tf.boolean_mask(slots, stored)[:, None]  # [k, 1]
+    targets = capacity + tf.boolean_mask(tf.range(t, dtype=tf.int32), stored)  # [k]
+    source = tf.tensor_scatter_nd_update(tf.range(capacity, dtype=tf.int32), index, targets)
+    replaced = tf.tensor_scatter_nd_update(tf.zeros([capacity], tf.bool), index, tf.ones_like(targets, tf.bool))
+    return source, replaced
+
+
+def update_edge_memory(stored, all_logits, regularized, slots):
+    """The context graph kept in memory after a step (GCL_SPEC "Memory update").
+
+    ``stored`` [M, M] edge logits in memory; ``all_logits`` [M + T, M + T] current logits
+    between all contexts (first M) and targets; ``regularized`` [M] bool (loss above the best);
+    ``slots`` [T] reservoir slots of the targets (-1: not stored).
+    - two surviving contexts: keep the stored logit where both are regularised, else current;
+    - a new sample and a surviving context: the current target-context logit;
+    - two new samples: the current target-target logit.
+    """
+    capacity = stored.shape[0]
+    current_cc = all_logits[:capacity, :capacity]
+    both = tf.logical_and(regularized[:, None], regularized[None, :])
+    kept = tf.where(both, stored, current_cc)
+    source, replaced = replaced_source_index(slots, capacity)
+    fresh = tf.gather(tf.gather(all_logits, source, axis=0), source, axis=1)  # [M, M]
+    touched = tf.logical_or(replaced[:, None], replaced[None, :])
+    return tf.where(touched, fresh, kept)
+
+
+def average_log_probs(log_probs):
+    """log of the mean of the sample distributions: logsumexp over axis 0 minus log S."""
+    samples = tf.cast(tf.shape(log_probs)[0], log_probs.dtype)
+    return tf.reduce_logsumexp(log_probs, axis=0) - tf.math.log(samples)
+
+
+# ------------------------------------------------------------------------------ memory
+class GraphMemory(ReservoirMemory):
+    """Reservoir memory plus GCL's per-slot best context loss and stored context-graph logits."""
+
+    def __init__(self, capacity, image_shape, seed=0, name="memory"):
+        super().__init__(capacity, image_shape, seed=seed, name=name)
+        with self.name_scope:
+            self.best_loss = tf.Variable(tf.fill([capacity], math.inf), trainable=False, name="best_loss")
+            self.edge_logits = tf.Variable(tf.zeros([capacity, capacity]), trainable=False, name="edge_logits")
+
+
+# ------------------------------------------------------------------------------ model
+class Method(ContinualModel):
+    """GCL as a Keras model; ``train_step`` is the whole online update."""
+
+    def __init__(self, config, input_shape, num_classes):
+        super().__init__(config, input_shape, num_classes)
+        cfg = config.method
+        if config.model.backbone == "resnet18":
+            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
+        hidden = config.model.hidden_size
+        self.hidden_size = hidden
+        self.trunk = build_backbone(config.model, input_shape)
+        feature_dim = self.trunk.output_shape[-1]
+        # f_theta1 (edge head) and f_theta2 (latent head): ReLU is the trunk's last op.
+        self.edge_head = keras.layers.Dense(hidden, name="edge_head")
+        self.latent_head = keras.layers.Dense(hidden, name="latent_head")
+        self.label_encoder = keras.layers.Dense(hidden, name="label_encoder")
+        self.output_head = keras.layers.Dense(num_classes, name="output_head")  # f_theta3 on ReLU(Z)
+        self.edge_head.build((None, feature_dim))
+        self.latent_head.build((None, feature_dim))
+        self.label_encoder.build((None, num_classes))
+        self.output_head.build((None, 2 * hidden))
+        # s in log k = -0.5 d^2 / exp(s); initialised to log sqrt(H).
+        self.kernel_log_scale = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(math.log(math.sqrt(hidden))),
+            name="kernel_log_scale", trainable=True,
+        )
+        self.memory = GraphMemory(cfg.memory_size, input_shape, seed=config.seed)
+        self.capacity = cfg.memory_size
+
+    # -------------------------------------------------------------- building blocks
+    def embed(self, images, training):
+        """Trunk + heads: (u edge embeddings [N, H], l latent embeddings [N, H])."""
+        features = self.trunk(images, training=training)
+        return self.edge_head(features), self.latent_head(features)
+
+    def context_values(self, latents, labels):
+        """V = [l_context, LabelEncoder(one_hot(y_context))]   [M, 2H]."""
+        return tf.concat([latents, self.label_encoder(tf.one_hot(labels, self.num_classes))], axis=-1)
+
+    def classify(self, graph, values):
+        """f_theta3(ReLU(graph @ V)) -> logits [..., K] (leading dims folded into one GEMM)."""
+        shape = tf.shape(graph)
+        z = tf.matmul(tf.reshape(graph, [-1, shape[-1]]), values)  # [rows, 2H]
+        logits = self.output_head(tf.nn.relu(z))
+        return tf.reshape(logits, tf.concat([shape[:-1], [self.num_classes]], 0))
+
+    def call(self, x, training=False):
+        """Logits of one test-time graph sample (``predict_log_probs`` averages many)."""
+        return self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool), samples=1)
+
+    # -------------------------------------------------------------- training
+    def _context_images(self):
+        """Memory images, unfilled slots replaced by copies of filled ones (BatchNorm sees real images)."""
+        filled = tf.maximum(self.memory.num_filled, 1)
+        index = tf.math.floormod(tf.range(self.capacity), filled)
+        return tf.gather(self.memory.images, index)
+
+    def training_graph(self, logits_e, seed):
+        """The sampled, masked, row-normalised training graph [M + T, M] (rows: G, then A)."""
+        M, cfg = self.capacity, self.method_config
+        T = logits_e.shape[0] - M
+        temperature = tf.concat(
+            [tf.fill([M, 1], cfg.context_temperature), tf.fill([T, 1], cfg.target_temperature)], axis=0
+        )  # [M + T, 1]
+        no_self = tf.logical_not(tf.eye(M + T, M, dtype=tf.bool))  # self-edges of contexts removed
+        edge_mask = tf.logical_and(self.memory.filled()[None, :], no_self)  # [M + T, M]
+        graph = sample_graph(logits_e, temperature, seed, cfg.stochastic_graphs)
+        return normalize_rows(graph, edge_mask)
+
+    def training_forward(self, x, y):
+        """The differentiable part of a step (run it under a GradientTape).
+
+        Returns the loss, its terms, the current logits between all images [M + T, M + T], the
+        per-context cross-entropies [M] and the regularised-context mask m [M].
+        """
+        M, cfg = self.capacity, self.method_config
+        filled = self.memory.filled()  # [M]
+        context_labels = self.memory.labels
+        images = tf.concat([self._context_images(), x], axis=0)  # [M + T, ...]
+        seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
+        u, latents = self.embed(images, training=True)  # [M + T, H] each
+        all_logits = edge_logits(u, u, self.kernel_log_scale)  # [M + T, M + T]
+        logits_e = all_logits[:, :M]  # E [M + T, M]: rows G (contexts) then A (targets)
+        graph = self.training_graph(logits_e, seed)
+        values = self.context_values(latents[:M], context_labels)  # [M, 2H]
+        out = self.classify(graph, values)  # [M + T, K]
+        context_ce = cross_entropy(context_labels, out[:M])  # [M]
+        target_ce = cross_entropy(y, out[M:])  # [T]
+        filled_f = tf.cast(filled, tf.float32)
+        num_filled = tf.maximum(tf.reduce_sum(filled_f), 1.0)
+        context_loss = tf.reduce_sum(context_ce * filled_f) / num_filled
+        target_loss = tf.reduce_mean(target_ce)
+        regularized = tf.logical_and(filled, self.memory.best_loss < tf.stop_gradient(context_ce))  # m_i
+        graph_loss = graph_regularizer(logits_e[:M], self.memory.edge_logits, regularized)
+        loss = target_loss + cfg.context_lambda * context_loss + cfg.graph_lambda * graph_loss
+        return {
+            "loss": loss,
+            "target_loss": target_loss,
+            "context_loss": context_loss,
+            "graph_loss": graph_loss,
+            "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_filled,
+            "all_logits": all_logits,
+            "context_ce": context_ce,
+            "regularized": regularized,
+        }
+
+    def _learn_with_contexts(self, x, y):
+        with tf.GradientTape() as tape:
+            out = self.training_forward(x, y)
+        self.apply_gradients(tape, out["loss"])
+        logs = {k: out[k] for k in ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")}
+        return tf.stop_gradient(out["all_logits"]), tf.stop_gradient(out["context_ce"]), out["regularized"], logs
+
+    def _first_batch(self, x):
+        """Nothing to attend to yet: only the target-target logits, to store with the targets."""
+        M, T = self.capacity, x.shape[0]
+        u, _ = self.embed(x, training=True)
+        target_logits = edge_logits(u, u, self.kernel_log_scale)  # [T, T]
+        all_logits = tf.pad(target_logits, [[M, 0], [M, 0]])  # [M + T, M + T]
+        zero = tf.constant(0.0)
+        logs = {"loss": zero, "target_loss": zero, "context_loss": zero, "graph_loss": zero,
+                "regularized_fraction": zero}
+        return all_logits, tf.fill([M], math.inf), tf.zeros([M], tf.bool), logs
+
+    def learn(self, x, y):
+        all_logits, context_ce, regularized, logs = tf.cond(
+            self.memory.num_filled > 0,
+            lambda: self._learn_with_contexts(x, y),
+            lambda: self._first_batch(x),
+        )
+        memory = self.memory
+        # Best context losses: min with this step's (filled slots only; +inf elsewhere).
+        memory.best_loss.assign(tf.where(memory.filled(), tf.minimum(memory.best_loss, context_ce), memory.best_loss))
+        # Reservoir insertion, then the edge memory and the reset of replaced slots' best loss.
+        slots = memory.reservoir_slots(x.shape[0])
+        memory.edge_logits.assign(update_edge_memory(memory.edge_logits, all_logits, regularized, slots))
+        _, replaced = replaced_source_index(slots, self.capacity)
+        memory.best_loss.assign(tf.where(replaced, math.inf, memory.best_loss))
+        memory.write(slots, x, y)
+        return logs
+
+    # -------------------------------------------------------------- prediction
+    def predict_log_probs(self, x, class_mask, samples=None, seed=None):
+        """log p(y | x, memory) averaged over ``samples`` test-time graphs   [N, K].
+
+        V (and the context embeddings) are computed once per call, not once per sample.
+        """
+        cfg = self.method_config
+        samples = cfg.test_graph_samples if samples is None else samples
+        if not cfg.stochastic_graphs:
+            samples = 1
+        if seed is None:
+            seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
+        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
+        u_t, _ = self.embed(x, training=False)  # [N, H]
+        values = self.context_values(l_c, self.memory.labels)  # [M, 2H]
+        logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
+        graphs = sample_graph(logits_e, cfg.test_temperature, seed, cfg.stochastic_graphs, sample_shape=(samples,))
+        graphs = normalize_rows(graphs, self.memory.filled()[None, None, :])  # [S, N, M]
+        logits = self.classify(graphs, values)  # [S, N, K]
+        log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
+        return average_log_probs(log_probs)

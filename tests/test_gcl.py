@@ -1,0 +1,335 @@
+"""GCL: the math against float64 NumPy, the graph and memory rules of GCL_SPEC.md, the step."""
+import math
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from gcl_tf import config as config_lib
+from gcl_tf.methods import gcl
+
+tfd = tfp.distributions
+
+
+def make_config(**method):
+    raw = {
+        "seed": 3,
+        "benchmark": {"name": "permuted", "source": "digits", "dataset": "digits", "num_tasks": 2,
+                      "samples_per_task": 100},
+        "method": {"name": "gcl", "memory_size": 30, **method},
+        "model": {"backbone": "mlp", "hidden_size": 16},
+        "train": {"optimizer": "adam", "learning_rate": 0.001, "batch_size": 10},
+    }
+    return config_lib.resolve(raw)
+
+
+def make_model(**method):
+    config = make_config(**method)
+    model = gcl.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    return model
+
+
+def batches(count, seed=0, batch=10):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        yield (tf.constant(rng.random((batch, 8, 8, 1), dtype=np.float32)),
+               tf.constant(rng.integers(0, 10, batch), dtype=tf.int32))
+
+
+# ----------------------------------------------------------------------------- pure math
+def test_kernel_and_logit_of_exp_match_float64_numpy():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(7, 5)), rng.normal(size=(4, 5))
+    log_scale = 0.7
+    d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    log_k = -0.5 * d2 / np.exp(log_scale)
+    k = np.exp(log_k)
+    expected_logits = np.log(k) - np.log1p(-k)
+    got_log_k = gcl.rbf_log_kernel(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
+    got_logits = gcl.edge_logits(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
+    np.testing.assert_allclose(got_log_k.numpy(), log_k, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_logits.numpy(), expected_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_logit_of_exp_is_stable_at_both_ends():
+    x = np.array([-1e-9, -1e-6, -1e-3, -0.5, -5.0, -80.0, -1e4], np.float64)
+    got = gcl.logit_of_exp(tf.constant(x, tf.float32)).numpy()
+    assert np.all(np.isfinite(got))
+    clipped = np.minimum(x, gcl.LOG_KERNEL_MAX)
+    expected = clipped - np.log(-np.expm1(clipped))
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    # near 0 the naive formula log(k) - log(1 - k) in float32 is infinite; ours is not
+    assert got[0] == pytest.approx(-1e-6 - math.log(1e-6), rel=1e-3)
+
+
+def test_relaxed_bernoulli_matches_tfp_and_has_finite_gradients():
+    logits = tf.Variable(tf.constant([[-3.0, 0.0, 4.0, 13.8, 30.0]] * 200))
+    seed = tf.constant([4, 2], tf.int32)
+    for temperature in (0.1, 1.0, 5.0):
+        with tf.GradientTape() as tape:
+            ours = gcl.sample_graph(logits, temperature, seed)
+            total = tf.reduce_sum(ours * tf.range(1.0, 6.0))
+        grad = tape.gradient(total, logits)
+        reference = tfd.RelaxedBernoulli(temperature, logits=logits).sample(seed=seed)
+        np.testing.assert_allclose(ours.numpy(), reference.numpy(), atol=1e-6)
+        assert np.all(np.isfinite(grad.numpy())), temperature
+    # TFP's own sample has NaN gradients where it saturates (why we sample in logit space)
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(tfd.RelaxedBernoulli(0.1, logits=logits).sample(seed=seed))
+    assert np.any(np.isnan(tape.gradient(total, logits).numpy()))
+
+
+def test_relaxed_bernoulli_samples_sharpen_as_temperature_falls():
+    logits = tf.fill([20000], 0.8)
+    seed = tf.constant([1, 1], tf.int32)
+    sharpness = []
+    for temperature in (10.0, 5.0, 1.0, 0.3, 0.1, 0.01):
+        sample = gcl.sample_graph(logits, temperature, seed).numpy()
+        sharpness.append(np.mean(np.abs(sample - 0.5)))
+        if temperature == 0.01:  # nearly Bernoulli(sigmoid(0.8))
+            assert np.mean(sample > 0.5) == pytest.approx(1 / (1 + math.exp(-0.8)), abs=0.02)
+    assert all(a < b for a, b in zip(sharpness, sharpness[1:])), sharpness
+    # the mean of a relaxed sample is not the Bernoulli mean at high temperature, but the
+    # deterministic ablation returns exactly sigmoid(logits)
+    np.testing.assert_allclose(gcl.sample_graph(logits, 5.0, seed, stochastic=False).numpy(),
+                               tf.sigmoid(logits).numpy())
+
+
+def test_normalize_rows_sums_to_one_and_respects_mask():
+    graph = tf.constant(np.random.default_rng(0).random((5, 4)), tf.float32)
+    mask = tf.constant(np.array([[0, 1, 1, 0]] * 4 + [[0, 0, 0, 0]], bool))
+    out = gcl.normalize_rows(graph, mask).numpy()
+    np.testing.assert_allclose(out[:4].sum(1), 1.0, rtol=1e-6)
+    assert np.all(out[:, [0, 3]] == 0)
+    assert np.all(out[4] == 0)  # an all-masked row stays 0 (no NaN)
+
+
+def test_training_graph_rows_sum_to_one_and_context_diagonal_is_zero():
+    model = make_model(context_temperature=0.1)
+    for x, y in batches(2):  # 20 of 30 slots filled
+        model.train_step((x, y))
+    M = model.capacity
+    logits = tf.constant(np.random.default_rng(1).normal(size=(M + 10, M)), tf.float32)
+    graph = model.training_graph(logits, tf.constant([7, 7], tf.int32)).numpy()
+    filled = int(model.memory.num_filled.numpy())
+    assert filled == 20
+    np.testing.assert_allclose(graph[:filled].sum(1), 1.0, rtol=1e-5)  # context rows (G)
+    np.testing.assert_allclose(graph[M:].sum(1), 1.0, rtol=1e-5)  # target rows (A)
+    assert np.all(np.diag(graph[:M]) == 0)
+    assert np.all(graph[:, filled:] == 0)  # empty slots are not attended to
+
+
+# ----------------------------------------------------------------------------- graph loss
+def test_graph_regularizer_zero_when_equal_positive_when_perturbed_and_masked():
+    rng = np.random.default_rng(0)
+    stored = tf.constant(rng.normal(size=(6, 6)) * 3, tf.float32)
+    regularized = tf.constant([True, True, False, True, False, False])
+    assert float(gcl.graph_regularizer(stored, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
+    # perturbing a pair with both ends regularised raises the loss
+    bump = np.zeros((6, 6), np.float32)
+    bump[0, 3] = 2.0
+    assert float(gcl.graph_regularizer(stored + bump, stored, regularized)) > 1e-3
+    # perturbing pairs with an unregularised end, or the diagonal, changes nothing
+    other = np.zeros((6, 6), np.float32)
+    other[2, :] = 5.0
+    other[:, 4] = -5.0
+    other[0, 0] = 9.0
+    assert float(gcl.graph_regularizer(stored + other, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
+    # no regularised pair: 0
+    none = tf.constant([True, False, False, False, False, False])
+    assert float(gcl.graph_regularizer(stored + bump, stored, none)) == 0.0
+
+
+def test_graph_regularizer_is_the_mean_kl_over_regularized_pairs():
+    rng = np.random.default_rng(1)
+    current, stored = rng.normal(size=(4, 4)), rng.normal(size=(4, 4))
+    regularized = np.array([True, False, True, True])
+    p, q = 1 / (1 + np.exp(-stored)), 1 / (1 + np.exp(-current))
+    kl = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
+    pairs = np.outer(regularized, regularized) & ~np.eye(4, dtype=bool)
+    expected = kl[pairs].mean()
+    got = gcl.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
+                                tf.constant(regularized))
+    assert float(got) == pytest.approx(expected, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- memory rules
+def test_edge_memory_update_rules_on_a_hand_built_case():
+    M, T = 4, 3
+    stored = tf.constant(np.arange(16, dtype=np.float32).reshape(4, 4) + 100)  # 100..115
+    all_logits = np.arange((M + T) ** 2, dtype=np.float32).reshape(M + T, M + T)
+    all_logits = tf.constant(all_logits)  # entry (a, b) = 7a + b
+    regularized = tf.constant([True, True, False, True])
+    slots = tf.constant([3, -1, 1], tf.int32)  # target 0 -> slot 3, target 1 not kept, target 2 -> slot 1
+    new = gcl.update_edge_memory(stored, all_logits, regularized, slots).numpy()
+    cur = all_logits.numpy()
+    # slots 0 and 2 survive; slot 1 holds target 2 (index 6), slot 3 holds target 0 (index 4)
+    src = {0: 0, 1: 6, 2: 2, 3: 4}
+    for i in range(4):
+        for k in range(4):
+            if i in (1, 3) or k in (1, 3):  # a new sample: current target logits
+                assert new[i, k] == cur[src[i], src[k]], (i, k)
+            elif i == 0 and k == 0:  # both survive and both regularised: stored kept
+                assert new[i, k] == stored.numpy()[i, k]
+            else:  # survivors with an end at a new low (slot 2 unregularised): current
+                assert new[i, k] == cur[i, k], (i, k)
+    assert new[1, 3] == cur[6, 4] and new[3, 1] == cur[4, 6]  # two new samples: target-target
+    assert new[0, 3] == cur[0, 4]  # survivor-new: context-target logits
+
+
+def test_replaced_source_index():
+    source, replaced = gcl.replaced_source_index(tf.constant([2, -1, 0], tf.int32), 4)
+    assert source.numpy().tolist() == [4 + 2, 1, 4 + 0, 3]
+    assert replaced.numpy().tolist() == [True, False, True, False]
+
+
+def test_best_loss_never_increases_and_resets_when_slot_replaced():
+    model = make_model(memory_size=30)
+    best_prev = None
+    resets = 0
+    for step, (x, y) in enumerate(batches(12, seed=4)):
+        slots = model.memory.reservoir_slots(10).numpy()  # where this step's targets will go
+        model.train_step((x, y))
+        best = model.memory.best_loss.numpy()
+        filled = int(model.memory.num_filled.numpy())
+        if best_prev is not None:
+            replaced = np.zeros(30, bool)
+            replaced[slots[slots >= 0]] = True
+            assert np.all(np.isinf(best[replaced])), step
+            kept = ~replaced
+            assert np.all(best[kept] <= best_prev[kept]), step
+            resets += replaced[: min(filled, 30)].sum()
+        if step >= 1:
+            # every context that was in memory before the step now has a finite best loss
+            before = min(10 * step, 30)
+            assert np.all(np.isfinite(best[:before][~np.isin(np.arange(before), slots)]))
+        best_prev = best
+    assert resets > 0  # the stream was long enough to replace slots
+
+
+def test_first_batch_only_fills_memory():
+    model = make_model()
+    weights = [w.numpy().copy() for w in model.trainable_variables]
+    (x, y), = batches(1)
+    logs = model.train_step((x, y))
+    assert float(logs["loss"]) == 0.0
+    assert int(model.memory.num_filled.numpy()) == 10
+    for before, w in zip(weights, model.trainable_variables):
+        np.testing.assert_array_equal(before, w.numpy())
+    # the stored edges between the first samples are their target-target logits
+    u, _ = model.embed(x, training=False)
+    expected = gcl.edge_logits(u, u, model.kernel_log_scale).numpy()
+    stored = model.memory.edge_logits.numpy()[:10, :10]
+    off = ~np.eye(10, dtype=bool)
+    np.testing.assert_allclose(stored[off], expected[off], rtol=1e-3, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------- the step
+def test_gradients_reach_every_trainable_variable():
+    model = make_model(graph_lambda=50.0)
+    for x, y in batches(4, seed=2):
+        model.train_step((x, y))
+    x, y = next(batches(1, seed=9))
+    with tf.GradientTape() as tape:
+        out = model.training_forward(x, y)
+    grads = tape.gradient(out["loss"], model.trainable_variables)
+    names = [v.path for v in model.trainable_variables]
+    assert any("kernel_log_scale" in n for n in names)
+    for name, grad in zip(names, grads):
+        assert grad is not None, name
+        assert float(tf.reduce_max(tf.abs(grad))) > 0, name
+    assert float(out["graph_loss"]) > 0  # the regulariser is active in this state
+
+
+def test_train_step_does_not_retrace_across_steps_and_tasks():
+    from gcl_tf.data.sources import SplitData
+
+    model = make_model()
+    traces = []
+    original = model.learn
+
+    def counting_learn(x, y):
+        traces.append(1)
+        return original(x, y)
+
+    model.learn = counting_learn
+    rng = np.random.default_rng(0)
+
+    def dataset(seed):
+        x = rng.random((60, 8, 8, 1)).astype(np.float32)
+        y = rng.integers(0, 10, 60).astype(np.int32)
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(10, drop_remainder=True)
+
+    model.fit(dataset(0), epochs=1, verbose=0, shuffle=False)
+    first = len(traces)
+    model.on_task_start(1, np.arange(10))
+    model.fit(dataset(1), epochs=2, verbose=0, shuffle=False)
+    assert len(traces) == first == 1
+    assert int(model.step_counter.numpy()) == 18
+
+
+def test_prediction_averages_samples_and_respects_class_mask():
+    model = make_model(test_graph_samples=7)
+    for x, y in batches(3, seed=5):
+        model.train_step((x, y))
+    x, _ = next(batches(1, seed=6))
+    log_probs = model.predict_log_probs(x, tf.ones([10], tf.bool)).numpy()
+    np.testing.assert_allclose(np.exp(log_probs).sum(1), 1.0, rtol=1e-5)
+    mask = np.zeros(10, bool)
+    mask[[2, 5]] = True
+    masked = np.exp(model.predict_log_probs(x, tf.constant(mask)).numpy())
+    assert np.all(masked[:, ~mask] < 1e-6)
+    np.testing.assert_allclose(masked[:, mask].sum(1), 1.0, rtol=1e-5)
+    # the average of S samples equals the mean of the per-sample distributions
+    seed = tf.constant([3, 3], tf.int32)
+    avg = np.exp(model.predict_log_probs(x, tf.ones([10], tf.bool), samples=7, seed=seed).numpy())
+    assert avg.shape == (10, 10)
+    single = np.exp(model.predict_log_probs(x, tf.ones([10], tf.bool), samples=1, seed=seed).numpy())
+    assert not np.allclose(avg, single)  # stochastic graphs: more samples change the estimate
+    det = make_model(stochastic_graphs=False, test_graph_samples=7)
+    for xb, yb in batches(3, seed=5):
+        det.train_step((xb, yb))
+    a = det.predict_log_probs(x, tf.ones([10], tf.bool), seed=tf.constant([1, 1])).numpy()
+    b = det.predict_log_probs(x, tf.ones([10], tf.bool), seed=tf.constant([2, 2])).numpy()
+    np.testing.assert_allclose(a, b, rtol=1e-5)  # deterministic graphs ignore the seed
+
+
+def test_same_seed_same_run_different_seed_differs():
+    def run(seed):
+        config = make_config()
+        config.seed = seed
+        model = gcl.Method(config, (8, 8, 1), 10)
+        model.compile_for_training(config.train)
+        for x, y in batches(5, seed=11):
+            model.train_step((x, y))
+        return [v.numpy() for v in model.trainable_variables] + [model.memory.edge_logits.numpy(),
+                                                                 model.memory.best_loss.numpy()]
+
+    import keras
+
+    keras.utils.set_random_seed(0)
+    a = run(3)
+    keras.utils.set_random_seed(0)
+    b = run(3)
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    keras.utils.set_random_seed(0)
+    c = run(4)
+    assert not all(np.array_equal(u, v) for u, v in zip(a, c))
+
+
+def test_state_lives_in_checkpointed_variables(tmp_path):
+    model = make_model()
+    for x, y in batches(4, seed=1):
+        model.train_step((x, y))
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    names = [name for name, _ in tf.train.list_variables(path)]
+    for part in ("memory/images", "memory/labels", "memory/best_loss", "memory/edge_logits",
+                 "memory/num_seen", "memory/num_filled", "kernel_log_scale", "step_counter"):
+        assert any(part in n for n in names), part
