@@ -110,6 +110,33 @@ def test_method_fisher_is_non_negative_and_anchors_at_task_end():
     assert model.ewc.penalty(model.network.trainable_variables).numpy() == pytest.approx(0.0, abs=1e-6)
 
 
+def test_step_descends_cross_entropy_plus_penalty():
+    config = digits_config({"name": "ewc", "ewc_lambda": 3.0, "fisher_samples": 20})
+    model = ewc.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(size=(20, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 10, size=20).astype(np.int32)
+    model.on_task_start(0, np.arange(10))
+    model.on_task_end(0, tf.data.Dataset.from_tensor_slices((x, y)).batch(10))
+    variables = model.network.trainable_variables
+    for v in variables:  # move away from the anchor
+        v.assign_add(0.05 * rng.normal(size=v.shape).astype(np.float32))
+    model.on_task_start(1, np.arange(10))
+    xb, yb = tf.constant(x[:10]), tf.constant(y[:10])
+    with tf.GradientTape() as tape:
+        ce = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=model(xb)))
+    grads = tape.gradient(ce, variables)
+    expected = [
+        v.numpy() - 0.1 * (g.numpy() + 3.0 * 2.0 * a.numpy() * (v.numpy() - m.numpy()))
+        for v, g, a, m in zip(variables, grads, model.ewc.importance, model.ewc.anchor)
+    ]
+    logs = model.learn(xb, yb)
+    assert float(logs["penalty"]) > 0
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(v.numpy(), e, rtol=1e-4, atol=1e-6)
+
+
 def test_requires_task_boundaries():
     assert ewc.Method.task_free is False
     stream = types.SimpleNamespace(benchmark=types.SimpleNamespace(task_free=True))

@@ -1,0 +1,112 @@
+"""A-GEM: averaged gradient episodic memory (Chaudhry et al. 2019, "Efficient Lifelong Learning
+with A-GEM"), following the authors' code (facebookresearch/agem).
+
+The episodic memory holds samples of past tasks only: like GEM, each task writes its incoming
+batches into its own ring buffer of ``memory_size // num_tasks`` slots, and a task's slots become
+usable as references once the task is over. At every step after the first task the reference
+gradient ``g_ref`` is the gradient of the mean loss on ``agem_batch_size`` samples drawn uniformly
+without replacement from the past tasks' memory (all of it when smaller, as in the original),
+and the current gradient is projected when it conflicts with it:
+
+    g~ = g - (g . g_ref / g_ref . g_ref) g_ref   if g . g_ref < 0,   else g.
+
+Multi-head (``benchmark.multi_head``): each loss sees the classes of its sample's task.
+Deviation: the original keeps a ring buffer per class within each task; here one per task.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+from gcl_tf.backbones import build_classifier
+from gcl_tf.config import MethodConfig, _range
+from gcl_tf.memory import SALT_REPLAY, sample_without_replacement, step_seed
+from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
+from gcl_tf.methods.common import (
+    TaskClasses,
+    TaskMemory,
+    flatten,
+    per_task_memory,
+    require_task_boundaries,
+    unflatten,
+)
+
+
+@dataclass
+class Config(MethodConfig):
+    name: str = "agem"
+    # Total episodic memory, split evenly across tasks (memory_size // benchmark.num_tasks each).
+    memory_size: int = field(default=1000, metadata=_range(1))
+    # Memory samples behind the reference gradient (the original's eps_mem_batch, 256).
+    agem_batch_size: int = field(default=256, metadata=_range(1))
+
+
+# ----------------------------------------------------------------------------- pure math
+
+
+def agem_project(g, g_ref):
+    """A-GEM's projection of the flat gradient ``g`` against the reference gradient ``g_ref``.
+
+    ``g - (g . g_ref / g_ref . g_ref) g_ref`` when ``g . g_ref < 0``; ``g`` otherwise (also when
+    ``g_ref`` is zero).
+    """
+    dot = tf.reduce_sum(g * g_ref)
+    ref_sq = tf.reduce_sum(g_ref * g_ref)
+    conflict = tf.logical_and(dot < 0, ref_sq > 0)
+    scale = tf.where(conflict, dot / tf.where(ref_sq > 0, ref_sq, tf.ones_like(ref_sq)), tf.zeros_like(dot))
+    return g - scale * g_ref
+
+
+# ----------------------------------------------------------------------------- method
+
+
+class Method(ContinualModel):
+    task_free = False
+
+    def __init__(self, config, input_shape, num_classes):
+        super().__init__(config, input_shape, num_classes)
+        require_task_boundaries(config, "agem")
+        T = int(config.benchmark.num_tasks)
+        self.num_tasks = T
+        self.network = build_classifier(config.model, input_shape, num_classes)
+        self.task_classes = TaskClasses(T, num_classes, config.benchmark.multi_head)
+        self.memory = TaskMemory(T, per_task_memory(config.method.memory_size, T, "agem"), input_shape)
+        # The memory of past tasks never exceeds (T - 1) * n samples.
+        past_capacity = max(1, (T - 1) * self.memory.per_task)
+        self.reference_size = min(int(config.method.agem_batch_size), past_capacity)
+
+    def call(self, x, training=False):
+        return self.network(x, training=training)
+
+    def on_task_start(self, task_index, classes):
+        super().on_task_start(task_index, classes)
+        self.task_classes.set_task(task_index, classes)
+
+    def reference_gradient(self, task):
+        """Flat gradient of the mean loss on a random batch of the memory of tasks before ``task``."""
+        variables = self.network.trainable_variables
+        seed = step_seed(self.seed, self.step_counter, SALT_REPLAY)
+        index, ok = sample_without_replacement(self.memory.valid_before(task), self.reference_size, seed)
+        x = tf.gather(self.memory.flat_images(), index)
+        y = tf.gather(self.memory.flat_labels(), index)
+        masks = tf.gather(self.task_classes.masks, tf.gather(self.memory.flat_tasks(), index))  # [k, K]
+        weights = tf.cast(ok, tf.float32)
+        with tf.GradientTape() as tape:
+            losses = cross_entropy(y, mask_logits(self(x, training=True), masks))
+            loss = tf.reduce_sum(weights * losses) / tf.maximum(tf.reduce_sum(weights), 1.0)
+        return flatten(tape.gradient(loss, variables), variables)
+
+    def learn(self, x, y):
+        task = self.current_task
+        variables = self.network.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(cross_entropy(y, mask_logits(self(x, training=True), self.task_classes.mask(task))))
+        g = flatten(tape.gradient(loss, variables), variables)
+        has_reference = tf.reduce_any(self.memory.valid_before(task))
+        g_ref = tf.cond(has_reference, lambda: self.reference_gradient(task), lambda: tf.zeros_like(g))
+        dot = tf.reduce_sum(g * g_ref)
+        g = agem_project(g, g_ref)
+        self.optimizer.apply(unflatten(g, variables), variables)
+        self.memory.add(task, x, y)
+        return {"loss": loss, "projected": tf.cast(dot < 0, tf.float32)}
