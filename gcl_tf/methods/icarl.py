@@ -1,0 +1,275 @@
+"""iCaRL: incremental classifier and representation learning (Rebuffi et al. 2017), online.
+
+Training (each step): the incoming batch plus a batch of exemplars replayed from memory, with the
+original's loss, a sigmoid binary cross-entropy over the outputs of the classes seen so far:
+classes of the current task get one-hot targets (classification) and classes of earlier tasks get
+the sigmoid outputs of the network as it was at the end of the previous task (distillation). The
+loss is averaged over those classes and over the samples, as in the authors' TensorFlow code.
+
+At the end of each task (``on_task_end``): the exemplar sets are rebuilt with ``memory_size``
+split evenly across the sets seen (``m = memory_size // sets``): old sets keep their first ``m``
+exemplars (herding order is priority order), and each class of the finished task gets ``m``
+exemplars chosen by herding (Algorithm 4: the ``k``-th exemplar brings the mean of the chosen
+L2-normalised features closest to the class mean). Then the class means of the exemplars'
+normalised features (re-normalised) are stored, and the network is copied for distillation.
+
+Test (``predict_log_probs``): nearest mean of exemplars on L2-normalised features, among the
+classes allowed by the class mask that have exemplars; scores ``-||phi(x) - mu_y||^2`` are turned
+into log-probabilities by a log-softmax (the argmax is the nearest mean).
+
+An exemplar set is a (task, class) pair: on class-split streams (the paper runs iCaRL on Split
+CIFAR100, multi-head) that is a class, as in the original; on streams whose tasks share classes
+(permuted, rotated) each task's classes get their own sets. The feature extractor is the backbone
+(``model.backbone``) and the classifier one linear layer on it. Needs task boundaries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf.backbones import build_classifier
+from gcl_tf.config import MethodConfig, _range
+from gcl_tf.errors import ConfigError
+from gcl_tf.memory import SALT_REPLAY, sample_without_replacement, step_seed
+from gcl_tf.methods.base import NEG_INF, ContinualModel
+from gcl_tf.methods.common import collect_dataset, require_task_boundaries
+
+
+@dataclass
+class Config(MethodConfig):
+    name: str = "icarl"
+    # Total number of exemplars, split evenly across the exemplar sets seen so far.
+    memory_size: int = field(default=1000, metadata=_range(1))
+    # Exemplars replayed with each incoming batch (null: the training batch size).
+    replay_batch_size: Optional[int] = field(default=None, metadata=_range(1))
+
+
+# ----------------------------------------------------------------------------- pure math
+
+
+def l2_normalize(features):
+    return tf.math.l2_normalize(features, axis=-1)
+
+
+def herding(features, m):
+    """Herding exemplar selection (iCaRL Algorithm 4) on normalised ``features`` [n, D].
+
+    Returns the indices [min(m, n)] of the chosen samples in selection order: the ``k``-th
+    minimises ``||mu - (phi(x) + sum_{j<k} phi(p_j)) / k||`` over the samples not chosen yet,
+    ``mu`` being the mean of all ``features``. The first is the sample closest to the mean.
+    """
+    features = tf.convert_to_tensor(features, tf.float32)
+    n = tf.shape(features)[0]
+    count = tf.minimum(tf.cast(m, tf.int32), n)
+    mean = tf.reduce_mean(features, axis=0)
+
+    def body(k, chosen_sum, taken, order):
+        candidate = (chosen_sum[None, :] + features) / tf.cast(k + 1, tf.float32)  # [n, D]
+        dist = tf.reduce_sum(tf.square(mean[None, :] - candidate), axis=1)
+        dist = tf.where(taken, tf.fill(tf.shape(dist), tf.constant(np.inf, tf.float32)), dist)
+        best = tf.argmin(dist, output_type=tf.int32)
+        return (
+            k + 1,
+            chosen_sum + features[best],
+            tf.logical_or(taken, tf.equal(tf.range(n), best)),
+            order.write(k, best),
+        )
+
+    order = tf.TensorArray(tf.int32, size=count)
+    _, _, _, order = tf.while_loop(
+        lambda k, *_: k < count,
+        body,
+        (tf.constant(0), tf.zeros([tf.shape(features)[1]]), tf.zeros([n], tf.bool), order),
+    )
+    return order.stack()
+
+
+def nearest_mean_scores(features, means, available):
+    """Nearest-mean-of-exemplars scores ``-||phi(x) - mu_y||^2`` [N, K] on normalised features.
+
+    ``means`` [K, D] (normalised), ``available`` [K] or [N, K] bool: classes that may be chosen
+    (others get a large negative score).
+    """
+    f = l2_normalize(features)
+    d = (
+        tf.reduce_sum(tf.square(f), axis=1, keepdims=True)
+        - 2.0 * tf.matmul(f, means, transpose_b=True)
+        + tf.reduce_sum(tf.square(means), axis=1)[None, :]
+    )
+    available = tf.broadcast_to(tf.cast(available, tf.bool), tf.shape(d))
+    return tf.where(available, -d, tf.cast(NEG_INF, d.dtype))
+
+
+def icarl_targets(labels, old_logits, current_mask, old_mask, num_classes):
+    """Targets [N, K] of iCaRL's loss: one-hot on the current task's classes, the previous
+    network's sigmoid outputs on earlier classes (0 elsewhere, where the loss is not counted)."""
+    onehot = tf.one_hot(labels, num_classes)
+    distill = tf.sigmoid(old_logits)
+    old_only = tf.logical_and(old_mask, tf.logical_not(current_mask))
+    return tf.where(current_mask[None, :], onehot, tf.where(old_only[None, :], distill, tf.zeros_like(onehot)))
+
+
+# ----------------------------------------------------------------------------- state
+
+
+class ExemplarMemory(tf.Module):
+    """Exemplars in tf.Variables: images, labels, set id (task * K + class), rank within the set."""
+
+    def __init__(self, capacity: int, image_shape, num_classes: int, feature_dim: int, name: str = "exemplars"):
+        super().__init__(name=name)
+        self.capacity = int(capacity)
+        self.image_shape = tuple(int(d) for d in image_shape)
+        with self.name_scope:
+            self.images = tf.Variable(tf.zeros((self.capacity,) + self.image_shape), trainable=False, name="images")
+            self.labels = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="labels")
+            self.set_id = tf.Variable(tf.fill([self.capacity], -1), trainable=False, name="set_id")
+            self.rank = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="rank")
+            self.class_means = tf.Variable(tf.zeros([num_classes, feature_dim]), trainable=False, name="class_means")
+            self.has_mean = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="has_mean")
+            self.old_classes = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="old_classes")
+            self.current_classes = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="current_classes")
+
+    def valid(self):
+        return self.set_id >= 0
+
+
+# ----------------------------------------------------------------------------- method
+
+
+def _backbone_of(network: keras.Model) -> keras.Model:
+    return next(layer for layer in network.layers if isinstance(layer, keras.Model))
+
+
+class Method(ContinualModel):
+    task_free = False
+
+    def __init__(self, config, input_shape, num_classes):
+        super().__init__(config, input_shape, num_classes)
+        require_task_boundaries(config, "icarl")
+        b = config.benchmark
+        sets = b.num_tasks * (b.classes_per_task if b.name == "split" else num_classes)
+        if config.method.memory_size < sets:
+            raise ConfigError(
+                f"method.memory_size: {config.method.memory_size} leaves icarl no exemplar for some of its "
+                f"{sets} exemplar sets; allowed: at least {sets}"
+            )
+        self.network = build_classifier(config.model, input_shape, num_classes)
+        self.feature_extractor = _backbone_of(self.network)
+        self.old_network = build_classifier(config.model, input_shape, num_classes, name="previous_classifier")
+        self.old_network.trainable = False
+        self.memory_size = int(config.method.memory_size)
+        self.replay_batch_size = min(config.method.replay_batch_size or config.train.batch_size, self.memory_size)
+        self.eval_batch_size = int(config.eval.batch_size)
+        feature_dim = int(self.feature_extractor.output_shape[-1])
+        self.exemplars = ExemplarMemory(self.memory_size, input_shape, num_classes, feature_dim)
+        self._features_fn = tf.function(self._features, reduce_retracing=True)
+        self._herding_fn = tf.function(herding, reduce_retracing=True)
+
+    def call(self, x, training=False):
+        return self.network(x, training=training)
+
+    # ------------------------------------------------------------------ training
+    def on_task_start(self, task_index, classes):
+        super().on_task_start(task_index, classes)
+        mask = np.zeros(self.num_classes, bool)
+        mask[np.asarray(classes, dtype=np.int64)] = True
+        self.exemplars.current_classes.assign(mask)
+
+    def learn(self, x, y):
+        ex = self.exemplars
+        seed = step_seed(self.seed, self.step_counter, SALT_REPLAY)
+        index, ok = sample_without_replacement(ex.valid(), self.replay_batch_size, seed)
+        inputs = tf.concat([x, tf.gather(ex.images, index)], axis=0)
+        labels = tf.concat([y, tf.gather(ex.labels, index)], axis=0)
+        weights = tf.concat([tf.ones(tf.shape(y)), tf.cast(ok, tf.float32)], axis=0)
+        current = ex.current_classes
+        old = ex.old_classes
+        has_old = tf.reduce_any(tf.logical_and(old, tf.logical_not(current)))
+        old_logits = tf.cond(
+            has_old,
+            lambda: self.old_network(inputs, training=False),
+            lambda: tf.zeros([tf.shape(inputs)[0], self.num_classes]),
+        )
+        old_logits = tf.stop_gradient(old_logits)
+        targets = icarl_targets(labels, old_logits, current, old, self.num_classes)
+        seen = tf.cast(tf.logical_or(current, old), tf.float32)
+        with tf.GradientTape() as tape:
+            logits = self(inputs, training=True)
+            bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
+            per_sample = tf.reduce_sum(bce * seen[None, :], axis=1) / tf.reduce_sum(seen)
+            loss = tf.reduce_sum(weights * per_sample) / tf.reduce_sum(weights)
+        self.apply_gradients(tape, loss, self.network.trainable_variables)
+        return {"loss": loss}
+
+    # ------------------------------------------------------------------ task end
+    def _features(self, x):
+        return l2_normalize(self.feature_extractor(x, training=False))
+
+    def features(self, x: np.ndarray) -> np.ndarray:
+        """Normalised features of host images, in batches of the evaluation size."""
+        out = []
+        for start in range(0, len(x), self.eval_batch_size):
+            out.append(self._features_fn(tf.constant(x[start:start + self.eval_batch_size], tf.float32)).numpy())
+        return np.concatenate(out) if out else np.zeros((0, int(self.exemplars.class_means.shape[1])), np.float32)
+
+    def on_task_end(self, task_index, dataset):
+        ex = self.exemplars
+        images, labels = collect_dataset(dataset, unique=True)
+        set_id = ex.set_id.numpy()
+        rank = ex.rank.numpy()
+        old_images, old_labels = ex.images.numpy(), ex.labels.numpy()
+        classes = np.flatnonzero(ex.current_classes.numpy())
+        new_sets = [c for c in classes if images is not None and np.any(labels == c)]
+        old_sets = sorted(set(int(s) for s in set_id[set_id >= 0]) - {task_index * self.num_classes + c for c in new_sets})
+        m = self.memory_size // max(1, len(old_sets) + len(new_sets))
+
+        keep = np.flatnonzero((set_id >= 0) & (rank < m) & np.isin(set_id, old_sets))
+        out_images = [old_images[keep]]
+        out_labels = [old_labels[keep]]
+        out_sets = [set_id[keep]]
+        out_rank = [rank[keep]]
+        if new_sets:
+            feats = self.features(images)
+            for c in new_sets:
+                members = np.flatnonzero(labels == c)
+                order = self._herding_fn(tf.constant(feats[members]), tf.constant(m, tf.int32)).numpy()
+                chosen = members[order]
+                out_images.append(images[chosen])
+                out_labels.append(labels[chosen])
+                out_sets.append(np.full(len(chosen), task_index * self.num_classes + c, np.int32))
+                out_rank.append(np.arange(len(chosen), dtype=np.int32))
+        new_images = np.concatenate(out_images)
+        new_labels = np.concatenate(out_labels).astype(np.int32)
+        new_sets_arr = np.concatenate(out_sets).astype(np.int32)
+        new_rank = np.concatenate(out_rank).astype(np.int32)
+        count = len(new_labels)
+        pad = self.memory_size - count
+        ex.images.assign(np.concatenate([new_images, np.zeros((pad,) + new_images.shape[1:], np.float32)]))
+        ex.labels.assign(np.concatenate([new_labels, np.zeros(pad, np.int32)]))
+        ex.set_id.assign(np.concatenate([new_sets_arr, np.full(pad, -1, np.int32)]))
+        ex.rank.assign(np.concatenate([new_rank, np.zeros(pad, np.int32)]))
+
+        # Class means of the exemplars' normalised features, re-normalised.
+        feats = self.features(new_images)
+        means = np.zeros(ex.class_means.shape, np.float32)
+        has = np.zeros(self.num_classes, bool)
+        for c in np.unique(new_labels):
+            mu = feats[new_labels == c].mean(axis=0)
+            means[c] = mu / max(np.linalg.norm(mu), 1e-12)
+            has[c] = True
+        ex.class_means.assign(means)
+        ex.has_mean.assign(has)
+        ex.old_classes.assign(np.logical_or(ex.old_classes.numpy(), ex.current_classes.numpy()))
+        for target, source in zip(self.old_network.weights, self.network.weights):
+            target.assign(source)
+
+    # ------------------------------------------------------------------ test
+    def predict_log_probs(self, x, class_mask):
+        ex = self.exemplars
+        features = self.feature_extractor(x, training=False)
+        available = tf.logical_and(tf.cast(class_mask, tf.bool), ex.has_mean)
+        return tf.nn.log_softmax(nearest_mean_scores(features, ex.class_means, available), axis=-1)
