@@ -25,7 +25,9 @@ def error_of(raw=None, overrides=(), path=None) -> str:
         if path is not None:
             load_config(path, overrides)
         else:
-            resolve(raw or {}, overrides)
+            raw = dict(raw or {})
+            raw.setdefault("method", {"name": "finetune"})  # the default method (gcl) may be absent
+            resolve(raw, overrides)
     message = str(info.value)
     assert "\n" not in message, message
     return message
@@ -149,7 +151,7 @@ def test_malformed_yaml_and_missing_file(tmp_path):
     "text, fragment",
     [
         ("train:\n  batch_size: [\n", "not valid YAML"),
-        ("train:\n  batch_sise: 10\n", "unknown key 'train.batch_sise'; allowed: batch_size"),
+        ("method:\n  name: finetune\ntrain:\n  batch_sise: 10\n", "unknown key 'train.batch_sise'; allowed: batch_size"),
         ("method:\n  name: er\n  memory_size: many\n", "method.memory_size: expected an integer, got 'many'"),
     ],
 )
