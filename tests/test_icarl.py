@@ -72,6 +72,10 @@ def test_nearest_mean_labels_class_prototypes():
     noisy = means + 0.05 * rng.normal(size=means.shape).astype(np.float32)
     scores = icarl.nearest_mean_scores(tf.constant(noisy), tf.constant(means), tf.ones([4], tf.bool)).numpy()
     assert scores.argmax(axis=1).tolist() == [0, 1, 2, 3]
+    x = 5.0 * means[:2] + rng.normal(size=(2, 8)).astype(np.float32)
+    scores = icarl.nearest_mean_scores(tf.constant(x), tf.constant(means), tf.ones([4], tf.bool)).numpy()
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    np.testing.assert_allclose(scores, -((unit[:, None, :] - means[None]) ** 2).sum(-1), rtol=1e-5, atol=1e-6)
     allowed = tf.constant([False, True, True, True])
     scores = icarl.nearest_mean_scores(tf.constant(means[:1]), tf.constant(means), allowed).numpy()
     assert scores.argmax() != 0
@@ -144,7 +148,46 @@ def test_prediction_is_the_nearest_mean_of_exemplars():
     expected = np.argmin(((feats[:, None, :] - means[None]) ** 2).sum(-1), axis=1)
     log_probs = model.predict_log_probs(tf.constant(x), tf.ones([10], tf.bool)).numpy()
     assert log_probs.argmax(axis=1).tolist() == expected.tolist()
+    assert np.all(log_probs[:, 2:] < -1e6)  # classes without exemplars are never predicted
     np.testing.assert_allclose(np.exp(log_probs).sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_loss_counts_the_classes_seen_only():
+    config = digits_config({"memory_size": 20})
+    model = icarl.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    rng = np.random.default_rng(5)
+    x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 2, size=10).astype(np.int32)
+    model.on_task_start(0, np.array([0, 1]))
+    logits = model(tf.constant(x)).numpy()[:, :2]
+    targets = np.eye(2)[y]
+    bce = np.maximum(logits, 0) - logits * targets + np.log1p(np.exp(-np.abs(logits)))
+    logs = model.learn(tf.constant(x), tf.constant(y))  # empty memory: no replay, no distillation
+    assert float(logs["loss"]) == pytest.approx(bce.mean(), rel=1e-5)
+
+
+def test_loss_distills_old_classes_from_the_previous_network():
+    config = digits_config({"memory_size": 20})
+    model = icarl.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    rng = np.random.default_rng(6)
+    ds, _, _ = task_dataset(rng, [0, 1], 10)
+    model.on_task_start(0, np.array([0, 1]))
+    model.learn(*next(iter(ds)))
+    model.on_task_end(0, ds)
+    model.exemplars.set_id.assign(-np.ones(20, np.int32))  # no replay: only the incoming batch
+    model.on_task_start(1, np.array([2, 3]))
+    for v in model.network.trainable_variables:  # the network moves away from the previous one
+        v.assign_add(0.1 * rng.normal(size=v.shape).astype(np.float32))
+    x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(2, 4, size=10).astype(np.int32)
+    old = model.old_network(tf.constant(x)).numpy()[:, :4]
+    logits = model(tf.constant(x)).numpy()[:, :4]
+    targets = np.concatenate([1 / (1 + np.exp(-old[:, :2])), np.eye(2)[y - 2]], axis=1)
+    bce = np.maximum(logits, 0) - logits * targets + np.log1p(np.exp(-np.abs(logits)))
+    logs = model.learn(tf.constant(x), tf.constant(y))
+    assert float(logs["loss"]) == pytest.approx(bce.mean(), rel=1e-5)
 
 
 def test_memory_smaller_than_the_sets_is_a_config_error():
