@@ -103,6 +103,22 @@ class EvalConfig:
 
 
 @dataclass
+class TuneConfig:
+    """Hyper-parameter search (``python -m gcl_tf.tune``); ``gcl_tf.train`` ignores this section."""
+
+    # Search space: {dotted.config.key: [values, ...]} (choices) or {dotted.config.key: {min, max,
+    # log, step}} (a numeric range: random and bayesian tuners only). null: the GCL paper's
+    # appendix grid for the chosen method (gcl_tf/tune.py PAPER_GRIDS).
+    space: Optional[dict] = None
+    tuner: Literal["grid", "random", "bayesian"] = "grid"
+    # Trials at most (null: the whole grid; 10 for random and bayesian).
+    max_trials: Optional[int] = field(default=None, metadata=_range(1))
+    # Validation share of each task's training samples used when benchmark.validation_fraction
+    # is 0 (a search always scores trials on validation splits, never on the test split).
+    validation_fraction: float = field(default=0.1, metadata=_range(0.0, 1.0, lo_open=True, hi_open=True))
+
+
+@dataclass
 class Config:
     # Seeds NumPy, TensorFlow and Keras, which take 0 .. 2**32 - 1.
     seed: int = field(default=0, metadata=_range(0, 2**32 - 1))
@@ -112,6 +128,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     output_dir: str = "runs/default"
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -347,6 +364,126 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError(
             "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"
         )
+    if config.tune.space is not None:
+        search_space(config, config.tune.space, config.tune.tuner)
+
+
+# ----------------------------------------------------------------------------- search space
+# The ``tune`` section's space, checked against the chosen method's keys (gcl_tf/tune.py runs it).
+
+# Keys a search may not vary: they decide what a trial is and how it is scored.
+_NOT_TUNABLE = ("method.name", "eval.split", "output_dir")
+_RANGE_KEYS = ("min", "max", "log", "step")
+
+
+def tunable_keys(config: Config) -> dict:
+    """Every key a search may vary -> (its type annotation, its field metadata), in config order."""
+    keys = {}
+
+    def walk(obj, prefix):
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            key = prefix + f.name
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                if key != "tune":
+                    walk(value, key + ".")
+            elif key not in _NOT_TUNABLE:
+                keys[key] = (hints[f.name], f.metadata)
+
+    walk(config, "")
+    return keys
+
+
+def _unknown_space_key(key, keys: dict, where: str) -> str:
+    if key in _NOT_TUNABLE or str(key).split(".")[0] in ("tune", "presets"):
+        return f"{where}: '{key}' cannot be searched (it decides what a trial is and how it is scored)"
+    section = str(key).split(".")[0] + "."
+    same_section = [k for k in keys if k.startswith(section)]
+    allowed = same_section or sorted({k.split(".")[0] + (".<key>" if "." in k else "") for k in keys})
+    return f"{where}: unknown key '{key}'; allowed: {', '.join(allowed)}"
+
+
+def _numeric_base(tp):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else None
+    return tp if tp in (int, float) else None
+
+
+def _choices(values, tp, metadata, where: str) -> list:
+    if not values:
+        raise ConfigError(f"{where}: the list of values is empty; give at least one value")
+    out = []
+    for i, value in enumerate(values):
+        if value is None:
+            raise ConfigError(f"{where}[{i}]: null cannot be a choice; allowed: {_type_name(tp).replace(' or null', '')}")
+        value = _coerce(value, tp, f"{where}[{i}]")
+        if "range" in metadata:
+            _check_range(value, metadata["range"], f"{where}[{i}]")
+        if value in out and type(value) is type(out[out.index(value)]):
+            raise ConfigError(f"{where}[{i}]: {value!r} is listed twice; allowed: distinct values")
+        out.append(value)
+    if len({type(v) for v in out}) > 1:
+        raise ConfigError(f"{where}: mixes value types ({', '.join(repr(v) for v in out)}); allowed: one type")
+    return out
+
+
+def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
+    unknown = [k for k in spec if k not in _RANGE_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown range key '{unknown[0]}'; allowed: {', '.join(_RANGE_KEYS)}")
+    base = _numeric_base(tp)
+    if base is None:
+        raise ConfigError(f"{where}: a range needs a numeric key, this one takes {_type_name(tp)}; give a list of values")
+    out = {}
+    for bound in ("min", "max"):
+        if spec.get(bound) is None:
+            raise ConfigError(f"{where}: a range needs '{bound}'; allowed keys: {', '.join(_RANGE_KEYS)}")
+        out[bound] = _coerce(spec[bound], base, f"{where}.{bound}")
+        if "range" in metadata:
+            _check_range(out[bound], metadata["range"], f"{where}.{bound}")
+    if not out["min"] < out["max"]:
+        raise ConfigError(f"{where}: min {out['min']!r} is not below max {out['max']!r}; allowed: min < max")
+    out["log"] = _coerce(spec.get("log", False), bool, f"{where}.log")
+    if out["log"] and out["min"] <= 0:
+        raise ConfigError(f"{where}.log: a log range needs min > 0, got {out['min']!r}")
+    step = spec.get("step")
+    if step is not None:
+        step = _coerce(step, base, f"{where}.step")
+        _check_range(step, (0, None, True, False), f"{where}.step")
+    out["step"] = step
+    return out
+
+
+def search_space(config: Config, space, tuner: str = "grid", where: str = "tune.space") -> dict:
+    """Check a search space against ``config``'s keys (the chosen method's included).
+
+    ``space`` maps dotted config keys to a list of values (choices) or to a numeric range
+    ``{min, max, log, step}`` (random and bayesian tuners only). Returns the space with its
+    values converted to the keys' types: ``{key: [values]}`` or ``{key: {min, max, log, step}}``.
+    """
+    if not isinstance(space, dict) or not space:
+        raise ConfigError(
+            f"{where}: expected a non-empty mapping from dotted config keys to lists of values "
+            f"or {{min, max}} ranges, got {_describe(space)}"
+        )
+    keys = tunable_keys(config)
+    out = {}
+    for key, spec in space.items():
+        if not isinstance(key, str) or key not in keys:
+            raise ConfigError(_unknown_space_key(key, keys, where))
+        tp, metadata = keys[key]
+        name = f"{where}.{key}"
+        if isinstance(spec, (list, tuple)):
+            out[key] = _choices(list(spec), tp, metadata, name)
+        elif isinstance(spec, dict):
+            if tuner == "grid":
+                raise ConfigError(f"{name}: a range needs the random or bayesian tuner; allowed for grid: a list of values")
+            out[key] = _numeric_range(spec, tp, metadata, name)
+        else:
+            raise ConfigError(f"{name}: expected a list of values or a range {{min, max, log}}, got {_describe(spec)}")
+    return out
 
 
 def load_config(path: Optional[str] = None, overrides=()) -> Config:
@@ -355,4 +492,7 @@ def load_config(path: Optional[str] = None, overrides=()) -> Config:
 
 
 def config_to_yaml(config: Config) -> str:
-    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+    data = config.to_dict()
+    if config.tune == TuneConfig():  # only gcl_tf.tune reads it: leave the default out
+        data.pop("tune")
+    return yaml.safe_dump(data, sort_keys=False)

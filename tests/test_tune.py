@@ -1,0 +1,396 @@
+"""Hyper-parameter search (gcl_tf.tune) on tiny permuted digits streams: the grid, resuming,
+the distributed mode (a chief and two workers), and that the test split is never read."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import glob
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+# 2 permuted tasks x 150 digits (15 held out per task for validation), ER with a tiny MLP.
+TINY = {
+    "seed": 0,
+    "output_dir": "unused",
+    "benchmark": {"name": "permuted", "dataset": "digits", "source": "digits",
+                  "num_tasks": 2, "samples_per_task": 150},
+    "method": {"name": "er", "memory_size": 50},
+    "model": {"backbone": "mlp", "hidden_size": 32},
+    "train": {"batch_size": 10, "learning_rate": 0.1, "verbose": 0, "log_every": 0},
+    "eval": {"batch_size": 128},
+    "tune": {"space": {"train.learning_rate": [0.01, 0.1], "train.optimizer": ["sgd", "adam"]}},
+}
+GRID = {(lr, opt) for lr in (0.01, 0.1) for opt in ("sgd", "adam")}
+
+
+@pytest.fixture(autouse=True)
+def single_process(monkeypatch):
+    """In-process searches run alone, whatever the environment says."""
+    for name in ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def write_config(folder, raw=TINY) -> str:
+    path = os.path.join(str(folder), "tiny.yaml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(raw, handle, sort_keys=False)
+    return path
+
+
+def trial_results(folder) -> dict:
+    """trial id -> the trial's own results.json."""
+    out = {}
+    for path in glob.glob(os.path.join(str(folder), "trial_*", "results.json")):
+        trial_id = os.path.basename(os.path.dirname(path))[len("trial_"):]
+        with open(path) as handle:
+            out[trial_id] = json.load(handle)
+    return out
+
+
+def grid_point(results) -> tuple:
+    return (results["config"]["train"]["learning_rate"], results["config"]["train"]["optimizer"])
+
+
+def event_tags(folder, recursive=False) -> set:
+    import tensorflow as tf
+
+    pattern = os.path.join(str(folder), "**" if recursive else "", "events.out.tfevents.*")
+    tags = set()
+    for path in glob.glob(pattern, recursive=recursive):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+class CountingTrain:
+    """Wraps gcl_tf.train.run: records the folder of every run; ``interrupt_at`` (1-based)
+    raises KeyboardInterrupt at the start of that run, like Ctrl-C."""
+
+    def __init__(self, monkeypatch, interrupt_at=None):
+        from gcl_tf import train
+
+        self.real = train.run
+        self.calls = []
+        self.interrupt_at = interrupt_at
+        monkeypatch.setattr(train, "run", self)
+
+    def __call__(self, config, output_dir=None, *args, **kwargs):
+        self.calls.append(os.path.basename(output_dir))
+        if self.interrupt_at == len(self.calls):
+            raise KeyboardInterrupt
+        return self.real(config, output_dir, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- one grid search
+@pytest.fixture(scope="module")
+def grid_search(tmp_path_factory):
+    """A 4-trial grid searched in this process while every source refuses to load its test split."""
+    from gcl_tf import tune
+    from gcl_tf.data import sources
+
+    folder = tmp_path_factory.mktemp("grid") / "search"
+    loads = []
+    real_load = sources.Source.load
+
+    def guarded_load(self, split):
+        loads.append(split)
+        if split == "test":
+            raise AssertionError("the test split was read during a search")
+        return real_load(self, split)
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"):
+            mp.delenv(name, raising=False)
+        mp.setattr(sources.Source, "load", guarded_load)
+        with contextlib.redirect_stdout(out):
+            summary = tune.search(raw=TINY, output_dir=str(folder))
+    return {"folder": folder, "summary": summary, "loads": loads, "stdout": out.getvalue()}
+
+
+def test_grid_search_runs_every_trial_and_picks_the_best_validation_acc(grid_search):
+    folder, summary = grid_search["folder"], grid_search["summary"]
+    results = trial_results(folder)
+    assert len(results) == 4
+    assert {grid_point(r) for r in results.values()} == GRID  # every combination, once
+    assert all(r["eval_split"] == "validation" for r in results.values())
+    assert all(r["config"]["benchmark"]["validation_fraction"] == pytest.approx(0.1) for r in results.values())
+
+    accs = {trial_id: r["acc"] for trial_id, r in results.items()}
+    best_acc = max(accs.values())
+    assert len(set(accs.values())) > 1  # the grid points differ, so picking one means something
+    assert summary["val_acc"] == pytest.approx(best_acc)
+    assert accs[summary["trial_id"]] == pytest.approx(best_acc)  # the best trial by its own results file
+    best_run = results[summary["trial_id"]]
+    assert summary["values"] == {"train.learning_rate": best_run["config"]["train"]["learning_rate"],
+                                 "train.optimizer": best_run["config"]["train"]["optimizer"]}
+    with open(folder / "best.json") as handle:
+        assert json.load(handle)["trial_id"] == summary["trial_id"]
+
+    # Progress: a line per trial with its values and objective; the best printed at the end.
+    stdout = grid_search["stdout"]
+    for trial_id, r in results.items():
+        lr, opt = grid_point(r)
+        line = f"trial {trial_id}: train.learning_rate={lr:g}  train.optimizer={opt} -> validation ACC {r['acc']:.2f}"
+        assert line in stdout, stdout
+    assert f"Best: trial {summary['trial_id']}, validation ACC {best_acc:.2f}" in stdout
+
+    # TensorBoard HParams: the experiment at the top, each trial's values and score in its run.
+    assert "_hparams_/experiment" in event_tags(folder)
+    for trial_id in results:
+        tags = event_tags(folder / f"trial_{trial_id}" / "tensorboard")
+        assert {"_hparams_/session_start_info", "tune/val_acc", "accuracy/average_tasks_seen"} <= tags
+
+
+def test_search_never_reads_the_test_split_and_best_config_evaluates_on_test(grid_search, tmp_path):
+    from gcl_tf import train
+    from gcl_tf.config import load_config
+    from gcl_tf.data import sources
+
+    loads = grid_search["loads"]
+    assert "train" in loads and "test" not in loads
+
+    path = grid_search["folder"] / "best_config.yaml"
+    config = load_config(str(path))
+    values = grid_search["summary"]["values"]
+    assert config.eval.split == "test"
+    assert config.benchmark.validation_fraction == 0.0  # the user's own setting, not the search's
+    assert (config.train.learning_rate, config.train.optimizer) == (values["train.learning_rate"],
+                                                                   values["train.optimizer"])
+    assert (config.method.name, config.method.memory_size, config.benchmark.num_tasks) == ("er", 50, 2)
+    assert "tune" not in yaml.safe_load(path.read_text())  # a plain training config
+
+    # Trained as written, it reads the test split and reports test accuracy.
+    read = []
+    real_load = sources.Source.load
+
+    def recording_load(self, split):
+        read.append(split)
+        return real_load(self, split)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sources.Source, "load", recording_load)
+        results = train.run(config, output_dir=str(tmp_path / "best"), verbose=0)
+    assert "test" in read and results["eval_split"] == "test"
+
+
+# ----------------------------------------------------------------------------- resuming
+def test_an_interrupted_search_resumes_without_redoing_finished_trials(tmp_path, monkeypatch):
+    from gcl_tf import tune
+
+    folder = tmp_path / "search"
+
+    counter = CountingTrain(monkeypatch)
+    tune.search(raw=TINY, output_dir=str(folder), max_trials=2)
+    assert counter.calls == ["trial_0", "trial_1"]
+    stamps = {t: os.stat(folder / f"trial_{t}" / "results.json").st_mtime_ns for t in ("0", "1")}
+
+    # The whole grid, in the same folder: Ctrl-C in the middle of its second new trial.
+    counter = CountingTrain(monkeypatch, interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        tune.search(raw=TINY, output_dir=str(folder))
+    assert counter.calls == ["trial_2", "trial_3"]
+    stamps["2"] = os.stat(folder / "trial_2" / "results.json").st_mtime_ns
+    assert not (folder / "trial_3" / "results.json").exists()
+
+    # Again: only the interrupted trial runs.
+    counter = CountingTrain(monkeypatch)
+    summary = tune.search(raw=TINY, output_dir=str(folder))
+    assert counter.calls == ["trial_3"]
+    for trial_id, stamp in stamps.items():
+        assert os.stat(folder / f"trial_{trial_id}" / "results.json").st_mtime_ns == stamp
+    results = trial_results(folder)
+    assert sorted(results) == ["0", "1", "2", "3"]
+    assert {grid_point(r) for r in results.values()} == GRID
+    assert summary["trials_finished"] == 4
+    assert summary["val_acc"] == pytest.approx(max(r["acc"] for r in results.values()))
+
+    # A finished search run again trains nothing and reports the same best trial.
+    counter = CountingTrain(monkeypatch)
+    again = tune.search(raw=TINY, output_dir=str(folder))
+    assert counter.calls == [] and again["trial_id"] == summary["trial_id"]
+
+
+# ----------------------------------------------------------------------------- distributed
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tmp_path):
+    config = write_config(tmp_path)
+    folder = tmp_path / "search"
+    port = free_port()
+    command = [sys.executable, "-m", "gcl_tf.tune", "--config", config, "--output", str(folder)]
+
+    def start(tuner_id):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERASTUNER_TUNER_ID=tuner_id,
+                   KERASTUNER_ORACLE_IP="127.0.0.1", KERASTUNER_ORACLE_PORT=str(port))
+        return subprocess.Popen(command, cwd=REPO, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    # Workers first: they wait for the chief, so both are asking when trials are handed out.
+    processes = {name: start(name) for name in ("tuner0", "tuner1", "chief")}
+    outputs = {}
+    try:
+        for name, process in processes.items():
+            outputs[name] = process.communicate(timeout=420)
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+    for name, process in processes.items():
+        assert process.returncode == 0, f"{name}:\n{outputs[name][0][-2000:]}\n{outputs[name][1][-3000:]}"
+
+    # Every trial started exactly once, across the two workers; each worker ran some.
+    started = {name: re.findall(rf"^\[{name}\] trial (\d+) started", outputs[name][0], re.M)
+               for name in ("tuner0", "tuner1")}
+    counts = collections.Counter(started["tuner0"] + started["tuner1"])
+    assert counts == {"0": 1, "1": 1, "2": 1, "3": 1}, started
+    assert started["tuner0"] and started["tuner1"], started
+
+    results = trial_results(folder)
+    assert sorted(results) == ["0", "1", "2", "3"]
+    assert {grid_point(r) for r in results.values()} == GRID
+    for trial_json in glob.glob(str(folder / "trial_*" / "trial.json")):
+        with open(trial_json) as handle:
+            assert json.load(handle)["status"] == "COMPLETED"
+
+    # The chief reports the best trial and writes the config; the workers do not.
+    with open(folder / "best.json") as handle:
+        best = json.load(handle)
+    assert best["val_acc"] == pytest.approx(max(r["acc"] for r in results.values()))
+    assert results[best["trial_id"]]["acc"] == pytest.approx(best["val_acc"])
+    assert "Best: trial" in outputs["chief"][0] and (folder / "best_config.yaml").exists()
+    assert "Best: trial" not in outputs["tuner0"][0] + outputs["tuner1"][0]
+
+
+# ----------------------------------------------------------------------------- the space
+def test_every_method_has_the_papers_grid_on_its_own_config_keys():
+    from gcl_tf import methods
+    from gcl_tf.config import resolve, search_space
+    from gcl_tf.tune import PAPER_GRIDS
+
+    for name in methods.names():
+        config = resolve({"method": {"name": name}})
+        space = search_space(config, PAPER_GRIDS[name], "grid", where=f"default grid of {name}")
+        assert space["train.learning_rate"] == [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0]
+    gcl = search_space(resolve({"method": {"name": "gcl"}}), PAPER_GRIDS["gcl"])
+    assert list(gcl) == ["train.optimizer", "train.learning_rate", "method.graph_lambda",
+                         "method.context_temperature", "method.target_temperature"]
+    assert gcl["method.graph_lambda"] == [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0]
+    assert PAPER_GRIDS["ewc"]["method.ewc_lambda"] == [0.1, 1.0, 10.0, 100.0, 1000.0]
+    assert PAPER_GRIDS["gem"]["method.margin"] == [0.0, 0.1, 0.5, 1.0]
+    assert PAPER_GRIDS["mer"]["method.beta"] == [0.01, 0.03, 0.1, 0.3, 1.0]
+
+
+def test_the_default_space_is_the_methods_paper_grid():
+    from gcl_tf.tune import Search
+
+    raw = {k: v for k, v in TINY.items() if k != "tune"}
+    search = Search(raw, ["method.name=gem"])
+    assert search.paper_grid and search.tuner == "grid"
+    assert search.space == {"train.optimizer": ["adam", "sgd"],
+                            "train.learning_rate": [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0],
+                            "method.margin": [0.0, 0.1, 0.5, 1.0]}
+    assert search.max_trials == 2 * 6 * 4  # the whole grid
+    assert Search(raw, tuner="random").max_trials == 10
+    # Values given as the config's types (the grid's integers are floats for float keys).
+    ranged = Search(raw, ["tune.space={train.learning_rate: {min: 1e-4, max: 1, log: true}, method.memory_size: [10, 20]}"],
+                    tuner="bayesian", max_trials=3)
+    assert ranged.space == {"train.learning_rate": {"min": 0.0001, "max": 1.0, "log": True, "step": None},
+                            "method.memory_size": [10, 20]}
+    assert ranged.max_trials == 3
+    trial = ranged.trial_config({"train.learning_rate": 0.003, "method.memory_size": 20})
+    assert trial.eval.split == "validation" and trial.benchmark.validation_fraction == pytest.approx(0.1)
+    assert trial.train.learning_rate == pytest.approx(0.003) and trial.method.memory_size == 20
+
+
+@pytest.mark.parametrize("space, tuner, expected", [
+    ({"train.learnin_rate": [0.1]}, "grid", ["tune.space: unknown key 'train.learnin_rate'", "train.learning_rate"]),
+    ({"method.margin": [0.5]}, "grid", ["unknown key 'method.margin'", "allowed: method.memory_size"]),
+    ({"optimizer": ["sgd"]}, "grid", ["unknown key 'optimizer'", "train.<key>"]),
+    ({"method.name": ["er", "gcl"]}, "grid", ["'method.name' cannot be searched"]),
+    ({"eval.split": ["test"]}, "grid", ["'eval.split' cannot be searched"]),
+    ({"train.optimizer": ["sgd", "rmsprop"]}, "grid", ["tune.space.train.optimizer[1]", "allowed: sgd, adam"]),
+    ({"train.learning_rate": [0.1, -1]}, "grid", ["train.learning_rate[1]", "out of range"]),
+    ({"train.learning_rate": []}, "grid", ["train.learning_rate", "empty"]),
+    ({"train.learning_rate": [0.1, 0.1]}, "grid", ["listed twice"]),
+    ({"train.learning_rate": {"min": 0.001, "max": 1}}, "grid", ["needs the random or bayesian tuner"]),
+    ({"train.learning_rate": {"min": 1, "max": 0.1}}, "random", ["min 1.0 is not below max 0.1"]),
+    ({"train.learning_rate": {"min": 0.1}}, "random", ["needs 'max'"]),
+    ({"train.learning_rate": {"min": 0.1, "max": 1, "scale": 2}}, "random", ["unknown range key 'scale'"]),
+    ({"train.optimizer": {"min": 0, "max": 1}}, "random", ["a range needs a numeric key"]),
+    ({"train.learning_rate": 0.1}, "grid", ["expected a list of values or a range"]),
+    ({}, "grid", ["tune.space: expected a non-empty mapping"]),
+])
+def test_space_errors_are_one_line(space, tuner, expected):
+    from gcl_tf.config import resolve
+    from gcl_tf.errors import ConfigError
+
+    raw = dict(TINY, tune={"space": space, "tuner": tuner})
+    with pytest.raises(ConfigError) as info:
+        resolve(raw)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in expected:
+        assert part in message, message
+
+
+def cli_error(capsys, argv) -> str:
+    from gcl_tf import tune
+
+    with pytest.raises(SystemExit) as info:
+        tune.main(argv)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    return lines
+
+
+def test_cli_errors_end_with_one_line_and_exit_2(tmp_path, capsys):
+    config = write_config(tmp_path)
+    out = str(tmp_path / "search")
+
+    lines = cli_error(capsys, ["--config", config, "--set", "tune.space={train.momentum: [0.9]}", "--output", out])
+    assert len(lines) == 1 and "unknown key 'train.momentum'" in lines[0]
+    lines = cli_error(capsys, ["--config", config, "--tuner", "annealing"])  # argparse's own usage error
+    assert "invalid choice: 'annealing'" in lines[-1]
+    lines = cli_error(capsys, ["--config", str(tmp_path / "missing.yaml")])
+    assert len(lines) == 1 and "does not exist" in lines[0]
+    lines = cli_error(capsys, ["--config", config, "--max-trials", "0"])
+    assert len(lines) == 1 and "--max-trials" in lines[0]
+
+    # A folder that is not a search is never taken over, even with --overwrite.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        lines = cli_error(capsys, ["--config", config, "--output", str(tmp_path / "notes"), *extra])
+        assert len(lines) == 1 and "holds no search" in lines[0]
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+
+    # Resuming a search with another space is refused (a KerasTuner project would keep the old one).
+    from gcl_tf import tune
+
+    os.makedirs(out)
+    saved = tune.Search(TINY, output_dir=out).description()
+    with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
+        json.dump({**saved, "space": {"train.learning_rate": [1.0]}}, handle)
+    lines = cli_error(capsys, ["--config", config, "--output", out])
+    assert len(lines) == 1 and "different space" in lines[0] and "--overwrite" in lines[0]
+    with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
+        json.dump(saved, handle)
+    lines = cli_error(capsys, ["--config", config, "--output", out, "--set", "benchmark.num_tasks=3"])
+    assert len(lines) == 1 and "different config (benchmark.num_tasks: 2 then, 3 now)" in lines[0]
+    lines = cli_error(capsys, ["--config", config, "--output", out, "--tuner", "random"])
+    assert len(lines) == 1 and "different tuner" in lines[0]
