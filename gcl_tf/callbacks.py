@@ -39,6 +39,7 @@ class TaskEndEvaluation(keras.callbacks.Callback):
         self.matrix = np.full((T, T), np.nan)
         self.task_index = 0
         self.eval_seconds = 0.0
+        self.eval_samples = 0  # real (unpadded) samples evaluated, over all task ends
         self._datasets = None
 
     def datasets(self):
@@ -51,9 +52,10 @@ class TaskEndEvaluation(keras.callbacks.Callback):
 
     def evaluate_all(self, model) -> np.ndarray:
         row = []
-        for ds in self.datasets():
+        for task, ds in zip(self.benchmark.tasks, self.datasets()):
             logs = model.evaluate(ds, verbose=0, return_dict=True)
             row.append(100.0 * float(logs["accuracy"]))
+            self.eval_samples += len(task.eval_data(self.split))
         return np.asarray(row)
 
     def on_train_end(self, logs=None):
@@ -68,10 +70,22 @@ class TaskEndEvaluation(keras.callbacks.Callback):
                 tf.summary.scalar("accuracy/average_tasks_seen", seen)
                 for j, value in enumerate(self.matrix[i]):
                     tf.summary.scalar(f"accuracy/task_{j + 1:02d}", value)
+                graph = self.model.context_graph() if hasattr(self.model, "context_graph") else None
+                if graph is not None:
+                    tf.summary.image("context_graph", graph_image(*graph)[None])
             self.writer.flush()
         if self.verbose:
             print(f"  after task {i + 1}: {self.split} accuracy on tasks seen {seen:.2f}%, "
                   f"on all tasks {np.mean(self.matrix[i]):.2f}%", flush=True)
+
+
+def graph_image(graph, labels) -> np.ndarray:
+    """A context graph [C, C] as an RGB image [C, C, 3] in [0, 1] (viridis), rows and columns
+    sorted by label (stable), as the paper's context-graph figure."""
+    from matplotlib import colormaps
+
+    order = np.argsort(np.asarray(labels), kind="stable")
+    return colormaps["viridis"](np.clip(np.asarray(graph)[order][:, order], 0.0, 1.0))[..., :3].astype(np.float32)
 
 
 class StepLogger(keras.callbacks.Callback):

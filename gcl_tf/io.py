@@ -40,3 +40,12 @@ def write_json_atomic(path: str, obj) -> None:
 def read_json(path: str):
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def write_npz_atomic(path: str, arrays: dict) -> None:
+    """Write named numpy arrays as a compressed .npz, atomically."""
+    import io
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    write_atomic(path, buffer.getvalue())

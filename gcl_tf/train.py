@@ -20,10 +20,11 @@ import numpy as np
 
 from gcl_tf import config as config_lib
 from gcl_tf.errors import UserError, exit_on_user_error
-from gcl_tf.io import write_atomic, write_json_atomic
+from gcl_tf.io import write_atomic, write_json_atomic, write_npz_atomic
 from gcl_tf.quiet import import_tensorflow
 
 RESULTS = "results.json"
+ARTIFACTS = "artifacts.npz"  # arrays for the figures (gcl_tf.benchmark): model.export_artifacts
 
 
 def prepare_output(output_dir: str, overwrite: bool) -> None:
@@ -85,6 +86,9 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         )
         task_seconds.append(time.perf_counter() - start - (evaluator.eval_seconds - eval_before))
     writer.flush()
+    artifacts = model.export_artifacts(benchmark, config.eval.split)
+    if artifacts:
+        write_npz_atomic(os.path.join(output_dir, ARTIFACTS), artifacts)
 
     R = evaluator.matrix
     summary = metrics.summarize(R)
@@ -99,6 +103,9 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         "eval_seconds": float(evaluator.eval_seconds),
         "task_train_seconds": task_seconds,
         "train_steps": int(model.step_counter.numpy()),
+        # Stream samples trained on and (unpadded) samples evaluated: the per-sample times.
+        "train_samples": int(model.step_counter.numpy()) * config.train.batch_size,
+        "eval_samples": int(evaluator.eval_samples),
         "num_parameters": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
         "tensorflow_version": tf.__version__,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -110,3 +110,58 @@ class ContinualModel(keras.Model):
         grads = tape.gradient(loss, variables)
         self.optimizer.apply(grads, variables)
         return grads
+
+    # ------------------------------------------------------------------ artifacts for the figures
+    # Saved by gcl_tf.train at the end of a run (DIR/artifacts.npz) and drawn by gcl_tf.benchmark.
+    def penultimate(self, x):
+        """Features ``[N, D]`` read by the last linear layer (default: the backbone of ``self.network``)."""
+        network = getattr(self, "network", None)
+        if network is None:
+            return None
+        backbone = next((layer for layer in network.layers if isinstance(layer, keras.Model)), None)
+        return None if backbone is None else backbone(x, training=False)
+
+    def output_layer(self):
+        """The last linear layer, whose kernel columns are the class embeddings (default: ``logits``)."""
+        network = getattr(self, "network", None)
+        try:
+            return None if network is None else network.get_layer("logits")
+        except ValueError:
+            return None
+
+    def context_graph(self):
+        """``(graph [C, C], labels [C])`` of a method that learns a graph over its memory, else None."""
+        return None
+
+    def export_artifacts(self, benchmark, split: str = "test", num_images: int = 1000) -> dict:
+        """Arrays for the figures: penultimate embeddings of a fixed subset of ``num_images``
+        evaluation images spread evenly over all tasks (their first ones in split order), their
+        labels and tasks, the class embeddings, and the context graph with its memory labels."""
+        import numpy as np
+
+        from gcl_tf.data.streams import to_float
+
+        out = {}
+        tasks = benchmark.tasks
+        per_task = -(-num_images // len(tasks))
+        images, labels, task_ids = [], [], []
+        for task in tasks:
+            data = task.eval_data(split)
+            images.append(data.images[:per_task])
+            labels.append(data.labels[:per_task])
+            task_ids.append(np.full(len(labels[-1]), task.index))
+        images = np.concatenate(images)[:num_images]
+        chunk = max(1, int(self.config.eval.batch_size))
+        features = [self.penultimate(to_float(images[i:i + chunk])) for i in range(0, len(images), chunk)]
+        if features and features[0] is not None:
+            out["embeddings"] = np.concatenate([np.asarray(f, np.float32) for f in features])
+            out["embedding_labels"] = np.concatenate(labels)[:num_images].astype(np.int64)
+            out["embedding_tasks"] = np.concatenate(task_ids)[:num_images].astype(np.int64)
+            layer = self.output_layer()
+            if layer is not None:
+                out["class_embeddings"] = np.asarray(layer.kernel, np.float32).T  # [K, D]
+        graph = self.context_graph()
+        if graph is not None:
+            out["context_graph"], out["memory_labels"] = (np.asarray(graph[0], np.float32),
+                                                          np.asarray(graph[1], np.int64))
+        return out

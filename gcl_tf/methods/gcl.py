@@ -340,3 +340,30 @@ class Method(ContinualModel):
         logits = self.classify(graphs, values)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         return average_log_probs(log_probs)
+
+    # -------------------------------------------------------------- artifacts for the figures
+    def context_graph(self):
+        """The expected context graph ``sigmoid(E)`` between the filled memory slots, self-edges
+        removed, and the slots' labels: ``(graph [C, C], labels [C])`` as numpy (None if empty)."""
+        import numpy as np
+
+        filled = int(self.memory.num_filled.numpy())
+        if filled == 0:
+            return None
+        chunk = max(1, int(self.config.eval.batch_size))
+        u = tf.concat([self.embed(self.memory.images[i:i + chunk], training=False)[0]
+                       for i in range(0, filled, chunk)], axis=0)  # [C, H]
+        graph = tf.sigmoid(edge_logits(u, u, self.kernel_log_scale)).numpy()  # [C, C]
+        np.fill_diagonal(graph, 0.0)
+        return graph, self.memory.labels[:filled].numpy()
+
+    def penultimate(self, x):
+        """ReLU(Z), what the output head reads, with the expected test graph (Bernoulli means,
+        row-normalised) from ``x`` to the memory   [N, 2H]."""
+        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
+        u_t, _ = self.embed(x, training=False)  # [N, H]
+        graph = normalize_rows(tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale)), self.memory.filled()[None, :])
+        return tf.nn.relu(tf.matmul(graph, self.context_values(l_c, self.memory.labels)))
+
+    def output_layer(self):
+        return self.output_head
