@@ -333,3 +333,21 @@ def test_state_lives_in_checkpointed_variables(tmp_path):
     for part in ("memory/images", "memory/labels", "memory/best_loss", "memory/edge_logits",
                  "memory/num_seen", "memory/num_filled", "kernel_log_scale", "step_counter"):
         assert any(part in n for n in names), part
+
+
+def test_aggregate_equals_graph_times_paper_values():
+    """Z = graph @ [l, LabelEncoder(one_hot(y))], computed through the narrower one-hot GEMM."""
+    model = make_model()
+    rng = np.random.default_rng(0)
+    M, H = model.capacity, model.hidden_size
+    model.label_encoder.bias.assign(rng.normal(size=H).astype(np.float32))  # a non-zero bias
+    latents = tf.constant(rng.normal(size=(M, H)), tf.float32)
+    labels = tf.constant(rng.integers(0, 10, M), tf.int32)
+    graph = rng.random((2, 7, M)).astype(np.float32)
+    graph[0, 3] = 0.0  # an empty row
+    graph = gcl.normalize_rows(tf.constant(graph), tf.ones([M], tf.bool))
+    paper_values = tf.concat([latents, model.label_encoder(tf.one_hot(labels, 10))], axis=-1)  # [M, 2H]
+    expected = tf.reshape(tf.matmul(graph, paper_values), [-1, 2 * H]).numpy()
+    got = model.aggregate(graph, model.context_values(latents, labels)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert np.all(got[3] == 0)

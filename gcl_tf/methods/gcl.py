@@ -214,15 +214,30 @@ class Method(ContinualModel):
         return self.edge_head(features), self.latent_head(features)
 
     def context_values(self, latents, labels):
-        """V = [l_context, LabelEncoder(one_hot(y_context))]   [M, 2H]."""
-        return tf.concat([latents, self.label_encoder(tf.one_hot(labels, self.num_classes))], axis=-1)
+        """What the graphs aggregate: ``[l_context, one_hot(y_context)]``   [M, H + K].
+
+        V of the paper is ``[l_context, LabelEncoder(one_hot(y_context))]`` [M, 2H]; since the
+        label encoder is linear, ``graph @ V`` is computed in :meth:`aggregate` from the narrower
+        ``graph @ [l, one_hot]`` (exactly the same Z, a GEMM of width H + K instead of 2H).
+        """
+        return tf.concat([latents, tf.one_hot(labels, self.num_classes)], axis=-1)
+
+    def aggregate(self, graph, values):
+        """Z = graph @ V   [rows, 2H] with the graph's leading dims folded into one GEMM.
+
+        ``graph @ (Y W + 1 b) = (graph @ Y) W + rowsum(graph) b`` for the label encoder (W, b).
+        """
+        flat = tf.reshape(graph, [-1, tf.shape(graph)[-1]])  # [rows, M]
+        pooled = tf.matmul(flat, values)  # [rows, H + K]
+        latent, label_histogram = pooled[:, : self.hidden_size], pooled[:, self.hidden_size:]
+        row_sum = tf.reduce_sum(flat, axis=-1, keepdims=True)  # 1, or 0 for an empty row
+        label_code = tf.matmul(label_histogram, self.label_encoder.kernel) + row_sum * self.label_encoder.bias
+        return tf.concat([latent, label_code], axis=-1)
 
     def classify(self, graph, values):
-        """f_theta3(ReLU(graph @ V)) -> logits [..., K] (leading dims folded into one GEMM)."""
-        shape = tf.shape(graph)
-        z = tf.matmul(tf.reshape(graph, [-1, shape[-1]]), values)  # [rows, 2H]
-        logits = self.output_head(tf.nn.relu(z))
-        return tf.reshape(logits, tf.concat([shape[:-1], [self.num_classes]], 0))
+        """f_theta3(ReLU(graph @ V)) -> logits [..., K]."""
+        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values)))
+        return tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
 
     def call(self, x, training=False):
         """Logits of one test-time graph sample (``predict_log_probs`` averages many)."""
@@ -262,7 +277,7 @@ class Method(ContinualModel):
         all_logits = edge_logits(u, u, self.kernel_log_scale)  # [M + T, M + T]
         logits_e = all_logits[:, :M]  # E [M + T, M]: rows G (contexts) then A (targets)
         graph = self.training_graph(logits_e, seed)
-        values = self.context_values(latents[:M], context_labels)  # [M, 2H]
+        values = self.context_values(latents[:M], context_labels)  # [M, H + K]
         out = self.classify(graph, values)  # [M + T, K]
         context_ce = cross_entropy(context_labels, out[:M])  # [M]
         target_ce = cross_entropy(y, out[M:])  # [T]
@@ -333,7 +348,7 @@ class Method(ContinualModel):
             seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         u_t, _ = self.embed(x, training=False)  # [N, H]
-        values = self.context_values(l_c, self.memory.labels)  # [M, 2H]
+        values = self.context_values(l_c, self.memory.labels)  # [M, H + K]
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         graphs = sample_graph(logits_e, cfg.test_temperature, seed, cfg.stochastic_graphs, sample_shape=(samples,))
         graphs = normalize_rows(graphs, self.memory.filled()[None, None, :])  # [S, N, M]
@@ -363,7 +378,7 @@ class Method(ContinualModel):
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         u_t, _ = self.embed(x, training=False)  # [N, H]
         graph = normalize_rows(tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale)), self.memory.filled()[None, :])
-        return tf.nn.relu(tf.matmul(graph, self.context_values(l_c, self.memory.labels)))
+        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels)))
 
     def output_layer(self):
         return self.output_head
