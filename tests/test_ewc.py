@@ -60,6 +60,21 @@ def test_empirical_fisher_is_mean_of_squared_per_sample_gradients():
     assert np.sum(expected_w) > np.sum(np.mean([np.outer(x[i], r[i]) for i in range(n)], axis=0) ** 2)
 
 
+def test_squared_mean_gradient_is_gem_fisher():
+    rng = np.random.default_rng(5)
+    n, d, k = 6, 4, 3
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    y = rng.integers(0, k, size=n).astype(np.int32)
+    W = tf.Variable(rng.normal(size=(d, k)).astype(np.float32))
+
+    def nll(xb, yb):
+        return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=tf.matmul(xb, W)))
+
+    (fw,) = ewc.squared_mean_gradient(nll, [W], tf.constant(x), tf.constant(y))
+    r = softmax(x @ W.numpy()) - np.eye(k)[y]
+    np.testing.assert_allclose(fw.numpy(), (x.T @ r / n) ** 2, rtol=1e-4, atol=1e-7)
+
+
 def test_accumulated_penalty_equals_the_sum_over_tasks():
     rng = np.random.default_rng(1)
     shapes = [(4, 3), (3,)]
@@ -150,6 +165,12 @@ def test_learns_permuted_digits(tmp_path):
     assert results["acc"] > 35.0  # chance: 10%
     R = np.asarray(results["accuracy_matrix"])
     assert np.all(np.diag(R) > 40.0)
+
+
+def test_gem_fisher_option_runs(tmp_path):
+    config = digits_config({"name": "ewc", "fisher": "squared_mean", "ewc_lambda": 100.0})
+    results = run(config, output_dir=str(tmp_path / "sq"), verbose=0)
+    assert results["acc"] > 35.0
 
 
 def test_zero_lambda_is_finetune(tmp_path):

@@ -32,10 +32,6 @@ def require_task_boundaries(config, method_name: str) -> None:
         )
 
 
-def num_tasks(config) -> int:
-    return int(config.benchmark.num_tasks)
-
-
 # ----------------------------------------------------------------------------- flat vectors
 
 
@@ -90,13 +86,6 @@ class TaskClasses(tf.Module):
     def mask(self, task) -> tf.Tensor:
         """[K] bool mask of task ``task`` (a scalar tensor)."""
         return tf.gather(self.masks, task)
-
-
-def masked_logits(logits, mask):
-    """``mask`` [K] or [N, K]; classes outside it get a large negative logit (no gradient through them)."""
-    from gcl_tf.methods.base import mask_logits
-
-    return mask_logits(logits, mask)
 
 
 # ----------------------------------------------------------------------------- episodic memory

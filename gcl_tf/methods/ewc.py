@@ -12,15 +12,20 @@ size by the exact identity ``sum_t F_t (p - a_t)^2 = A (p - mu)^2 + K`` with ``A
 ``mu = sum_t F_t a_t / A`` and the constant ``K = sum_t F_t (a_t - mu)^2``: the loss, its gradient
 and the checkpointed state do not grow with the number of tasks.
 
-Fisher: the empirical Fisher of the paper, the mean over samples of the squared per-sample
-gradient of the log-likelihood ``log p(y | x)`` (computed in a compiled loop, BatchNorm in
-inference mode). GEM's code squares the gradient of the mean loss of those samples instead.
+Fisher (``fisher``): ``empirical`` (default), the empirical Fisher of the EWC paper, the mean over
+samples of the squared per-sample gradient of the log-likelihood ``log p(y | x)`` (computed in a
+compiled loop); or ``squared_mean``, what the GEM repository computes, the square of the gradient
+of the mean loss of those samples. The second is much smaller (the mean gradient nearly vanishes
+once the task is learned), so the paper's ``ewc_lambda`` (tuned with GEM's code) can be too strong
+for the first: plain SGD on the penalty is only stable while ``learning_rate * 2 * ewc_lambda *
+sum_t F_t < 2`` for every weight. Both use BatchNorm in inference mode.
 Multi-head (``benchmark.multi_head``): the likelihood and the training loss only see the task's
 classes, as GEM does on CIFAR100. Needs task boundaries.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import tensorflow as tf
@@ -39,6 +44,9 @@ class Config(MethodConfig):
     # Samples of each finished task (its first ones in stream order) used to estimate the Fisher
     # (GEM's n_memories; 50 = the paper's 1000-sample budget over 20 tasks).
     fisher_samples: int = field(default=50, metadata=_range(1))
+    # empirical: mean of squared per-sample gradients (EWC paper); squared_mean: square of the
+    # gradient of the mean loss (GEM repository's code).
+    fisher: Literal["empirical", "squared_mean"] = "empirical"
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -63,6 +71,18 @@ def empirical_fisher(nll_fn, variables, x, y):
     _, total = tf.while_loop(lambda i, acc: i < n, body, (tf.constant(0), zeros))
     denom = tf.cast(tf.maximum(n, 1), variables[0].dtype)
     return [t / denom for t in total]
+
+
+def squared_mean_gradient(nll_fn, variables, x, y):
+    """GEM's Fisher: the elementwise square of the gradient of the mean loss over the samples.
+
+    ``nll_fn(x, y)`` returns the summed negative log-likelihood of the batch.
+    """
+    n = tf.cast(tf.maximum(tf.shape(x)[0], 1), variables[0].dtype)
+    with tf.GradientTape() as tape:
+        loss = nll_fn(x, y) / n
+    grads = tape.gradient(loss, variables)
+    return [tf.zeros(v.shape, v.dtype) if g is None else tf.square(g) for v, g in zip(variables, grads)]
 
 
 def merge_quadratic(importance, anchor, offset, fisher, params):
@@ -129,6 +149,7 @@ class Method(ContinualModel):
         self.network = build_classifier(config.model, input_shape, num_classes)
         self.ewc_lambda = float(config.method.ewc_lambda)
         self.fisher_samples = int(config.method.fisher_samples)
+        self.fisher_kind = config.method.fisher
         self.task_classes = TaskClasses(config.benchmark.num_tasks, num_classes, config.benchmark.multi_head)
         self.ewc = EWCState(self.network.trainable_variables)
         self._consolidate_fn = tf.function(self._consolidate, reduce_retracing=True)
@@ -157,7 +178,10 @@ class Method(ContinualModel):
         def nll(xi, yi):
             return tf.reduce_sum(cross_entropy(yi, mask_logits(self.network(xi, training=False), mask)))
 
-        fisher = empirical_fisher(nll, variables, x, y)
+        if self.fisher_kind == "squared_mean":
+            fisher = squared_mean_gradient(nll, variables, x, y)
+        else:
+            fisher = empirical_fisher(nll, variables, x, y)
         self.ewc.consolidate(fisher, variables)
         return fisher
 
