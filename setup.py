@@ -30,6 +30,7 @@ setup(
     entry_points={
         "console_scripts": [
             "gcl-train=gcl_tf.train:main",
+            "gcl-tune=gcl_tf.tune:main",
         ]
     },
 )

@@ -90,8 +90,9 @@ def format_values(values: dict) -> str:
 class Search:
     """A search: the config file (+ ``--set``), its space, the tuner and the output folder."""
 
-    def __init__(self, raw: dict, overrides=(), tuner=None, max_trials=None, output_dir=None):
+    def __init__(self, raw: dict, overrides=(), tuner=None, max_trials=None, output_dir=None, trial_verbose=0):
         self.raw = copy.deepcopy(raw)
+        self.trial_verbose = trial_verbose  # Keras progress inside each trial (0: only a line per trial)
         self.overrides = list(overrides)
         cli = []
         if tuner is not None:
@@ -259,7 +260,7 @@ def _make_classes():
 
             key = json.dumps(_plain([config.benchmark.__dict__, config.seed]), sort_keys=True)
             if self._benchmark[0] != key:
-                self._benchmark = (key, None)  # free the previous one first
+                self._benchmark = (None, None)  # free the previous one first
                 self._benchmark = (key, ContinualBenchmark(config.benchmark, config.seed, load_test=False))
             return self._benchmark[1]
 
@@ -272,7 +273,7 @@ def _make_classes():
             if results is None:
                 keras.backend.clear_session()
                 try:
-                    results = train_lib.run(config, output_dir, overwrite=True,
+                    results = train_lib.run(config, output_dir, overwrite=True, verbose=self.plan.trial_verbose,
                                             benchmark=self.benchmark_for(config))
                 except TrainingError as error:  # a diverging run: the worst score, the search goes on
                     print(f"  trial {trial_id}: {' '.join(str(error).split())} (scored 0)", flush=True)
@@ -560,12 +561,13 @@ def report(search: Search, oracle, who: str = "single") -> dict:
 
 
 def search(config=None, overrides=(), tuner=None, max_trials=None, output_dir=None, overwrite=False,
-           raw=None) -> dict:
+           raw=None, verbose=0) -> dict:
     """Python entry point: ``config`` is a YAML path (or pass ``raw``, a mapping)."""
+    kwargs = dict(tuner=tuner, max_trials=max_trials, output_dir=output_dir, trial_verbose=verbose)
     if raw is None:
-        s = Search.from_file(config, overrides, tuner=tuner, max_trials=max_trials, output_dir=output_dir)
+        s = Search.from_file(config, overrides, **kwargs)
     else:
-        s = Search(raw, overrides, tuner=tuner, max_trials=max_trials, output_dir=output_dir)
+        s = Search(raw, overrides, **kwargs)
     return run_search(s, overwrite=overwrite)
 
 
@@ -584,6 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a config key, e.g. --set benchmark.num_tasks=5 (repeatable)")
     parser.add_argument("--overwrite", action="store_true",
                         help="delete the search folder and start again (default: resume it)")
+    parser.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0,
+                        help="progress inside each trial as in gcl_tf.train (default 0: a line per trial)")
     return parser
 
 
@@ -595,7 +599,7 @@ def main(argv=None) -> int:
     import_tensorflow()  # first, so a config error is the only line on stderr
     try:
         search(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
-               output_dir=args.output, overwrite=args.overwrite)
+               output_dir=args.output, overwrite=args.overwrite, verbose=args.verbose)
     except KeyboardInterrupt:
         print("\ninterrupted: run the same command again (without --overwrite) to resume", file=sys.stderr)
         return 130

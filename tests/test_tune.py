@@ -170,6 +170,14 @@ def test_search_never_reads_the_test_split_and_best_config_evaluates_on_test(gri
     assert (config.method.name, config.method.memory_size, config.benchmark.num_tasks) == ("er", 50, 2)
     assert "tune" not in yaml.safe_load(path.read_text())  # a plain training config
 
+    # A config that already evaluates on its own validation split: searched as is, best on test.
+    from gcl_tf.tune import Search
+
+    own = Search(dict(TINY, eval={"split": "validation"}), ["benchmark.validation_fraction=0.2"])
+    assert not own.added_validation and own.trial_config({}).benchmark.validation_fraction == pytest.approx(0.2)
+    best = own.best_config(values)
+    assert best.eval.split == "test" and best.benchmark.validation_fraction == pytest.approx(0.2)
+
     # Trained as written, it reads the test split and reports test accuracy.
     read = []
     real_load = sources.Source.load
