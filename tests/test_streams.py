@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from gcl_tf.data.sources import SplitData
 from gcl_tf.data.streams import eval_arrays, eval_dataset, train_dataset
+from gcl_tf.errors import ConfigError
 from gcl_tf.methods.base import ContinualModel
 
 
@@ -35,6 +37,11 @@ def test_training_batches_have_static_shape_float32_in_unit_range():
     index, labels = batches_of(ds)[0]
     np.testing.assert_array_equal(labels, data.labels[index])
     assert batches_of(ds)[-1][0].max() <= 52
+
+
+def test_fewer_samples_than_a_batch_is_a_config_error():
+    with pytest.raises(ConfigError, match="train.batch_size: 10 .* 9 training samples"):
+        train_dataset(indexed_split(9), batch_size=10, epochs=1, seed=0, task_index=0)
 
 
 def test_training_order_fixed_for_a_seed_and_reshuffled_every_epoch():

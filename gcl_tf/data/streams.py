@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from gcl_tf.data.protocols import task_rng
 from gcl_tf.data.sources import SplitData
+from gcl_tf.errors import ConfigError
 
 _SALT_ORDER = 5
 
@@ -37,7 +38,10 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
     n = len(data)
     steps_per_epoch = n // batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"task {task_index} has {n} training samples, fewer than one batch of {batch_size}")
+        raise ConfigError(
+            f"train.batch_size: {batch_size} is more than the {n} training samples of task {task_index}; "
+            f"allowed: at most {n}, or raise benchmark.samples_per_task"
+        )
     per_epoch = []
     orders = epoch_orders(n, epochs, seed, task_index).reshape(epochs, n)
     for order in orders:  # drop each epoch's partial batch
