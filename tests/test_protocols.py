@@ -179,7 +179,6 @@ def test_samples_per_task_and_test_samples_per_task(make_config):
         assert len(task.train) == 37 and len(task.test) == 11
         assert task.train.images.shape == (37, 8, 8, 1)
     # Different tasks draw different samples.
-    assert not np.array_equal(np.sort(benchmark.tasks[0].train.labels), np.sort(benchmark.tasks[1].train.labels)) \
-        or not np.array_equal(benchmark.tasks[0].train.images, benchmark.tasks[1].train.images)
+    assert not np.array_equal(benchmark.tasks[0].train.labels, benchmark.tasks[1].train.labels)
     with pytest.raises(ConfigError, match="samples_per_task"):
         bench(make_config({"benchmark": {"samples_per_task": 5000}}))
