@@ -124,6 +124,7 @@ class Search:
                                     else base.benchmark.validation_fraction)
         self.output_dir = output_dir or f"{base.output_dir.rstrip('/')}-tune"
         self.base = self.trial_config({})  # checks the forced settings once
+        self._benchmark = (None, None)
 
     @classmethod
     def from_file(cls, path, overrides=(), **kwargs):
@@ -147,6 +148,17 @@ class Search:
         config = self._resolve(values, [_set_text("eval.split", "test")])
         config.output_dir = os.path.join(self.output_dir, "best")
         return config
+
+    def benchmark_for(self, config):
+        """The validation-only benchmark of a trial (the test split is not loaded), built once
+        while the trials' benchmark settings and seed stay the same."""
+        from gcl_tf.data import ContinualBenchmark
+
+        key = json.dumps(_plain([config.benchmark.__dict__, config.seed]), sort_keys=True)
+        if self._benchmark[0] != key:
+            self._benchmark = (None, None)  # free the previous one first
+            self._benchmark = (key, ContinualBenchmark(config.benchmark, config.seed, load_test=False))
+        return self._benchmark[1]
 
     def description(self) -> dict:
         """What a resumed search (or a worker) must share with the search it continues."""
@@ -236,7 +248,6 @@ def _make_classes():
         def __init__(self, search: Search):
             super().__init__(name="gcl_tf")
             self.plan = search
-            self._benchmark = (None, None)
 
         def declare(self, hp):
             values = {}
@@ -254,16 +265,6 @@ def _make_classes():
         def build(self, hp):
             return self.plan.trial_config(self.declare(hp))
 
-        def benchmark_for(self, config):
-            """The validation-only benchmark of a trial, built once while its settings stay the same."""
-            from gcl_tf.data import ContinualBenchmark
-
-            key = json.dumps(_plain([config.benchmark.__dict__, config.seed]), sort_keys=True)
-            if self._benchmark[0] != key:
-                self._benchmark = (None, None)  # free the previous one first
-                self._benchmark = (key, ContinualBenchmark(config.benchmark, config.seed, load_test=False))
-            return self._benchmark[1]
-
         def fit(self, hp, config, output_dir=None, trial_id=None, **kwargs):
             import keras
 
@@ -274,7 +275,7 @@ def _make_classes():
                 keras.backend.clear_session()
                 try:
                     results = train_lib.run(config, output_dir, overwrite=True, verbose=self.plan.trial_verbose,
-                                            benchmark=self.benchmark_for(config))
+                                            benchmark=self.plan.benchmark_for(config))
                 except TrainingError as error:  # a diverging run: the worst score, the search goes on
                     print(f"  trial {trial_id}: {' '.join(str(error).split())} (scored 0)", flush=True)
                     results = {"acc": 0.0, "fgt": float("nan"), "bwt": float("nan"), "num_tasks": 0}
@@ -471,6 +472,8 @@ def run_search(search: Search, overwrite: bool = False) -> dict:
     if who == "worker" and overwrite:
         print(f"[{os.environ['KERASTUNER_TUNER_ID']}] --overwrite is left to the chief", flush=True)
         overwrite = False
+    if who != "chief":  # the data, now: a missing or corrupt file stops here, before DIR is touched
+        search.benchmark_for(search.base)
     folder = os.path.abspath(search.output_dir)
     os.makedirs(os.path.dirname(folder), exist_ok=True)
 
@@ -572,7 +575,7 @@ def search(config=None, overrides=(), tuner=None, max_trials=None, output_dir=No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gcl_tf.tune", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m gcl_tf.tune", description="Hyper-parameter search with KerasTuner.",
                                      epilog="Distributed: run the same command with KERASTUNER_TUNER_ID=chief "
                                             "(one process) or tuner0, tuner1, ... (workers), and "
                                             "KERASTUNER_ORACLE_IP / KERASTUNER_ORACLE_PORT of the chief.")
