@@ -1,0 +1,62 @@
+"""``python -m gcl_tf.benchmark <command> [args...]``: dispatch to a subcommand module.
+
+A subcommand is a module ``gcl_tf.benchmark.<command>`` with ``main(argv=None) -> int`` (its own
+argparse, ``prog="python -m gcl_tf.benchmark <command>"``); its docstring's first line is its
+help. ``throughput`` is listed only when gcl_tf/benchmark/throughput.py exists.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import importlib
+import importlib.util
+import sys
+
+from gcl_tf.errors import USAGE_EXIT_CODE
+
+COMMANDS = {
+    "paper": "gcl_tf.benchmark.paper",
+    "plots": "gcl_tf.benchmark.plots",
+}
+# ---- optional subcommands: registered only when their module is present ------------------
+OPTIONAL_COMMANDS = {
+    "throughput": "gcl_tf.benchmark.throughput",  # written separately (speed measurements)
+}
+for _name, _module in OPTIONAL_COMMANDS.items():
+    if importlib.util.find_spec(_module) is not None:
+        COMMANDS[_name] = _module
+# -------------------------------------------------------------------------------------------
+
+SUMMARIES = {
+    "paper": "run the paper's experiments (resumable) and write its tables and figures",
+    "plots": "redraw every table and figure of a suite from its saved results (no training)",
+    "throughput": "speed measurements (gcl_tf/benchmark/throughput.py)",
+}
+
+
+def usage() -> str:
+    lines = ["usage: python -m gcl_tf.benchmark <command> [args...]", "", "commands:"]
+    lines += [f"  {name:12s} {SUMMARIES.get(name, '')}" for name in COMMANDS]
+    lines += ["", "python -m gcl_tf.benchmark <command> --help shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(usage(), file=sys.stderr)
+        return USAGE_EXIT_CODE
+    if argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    return importlib.import_module(COMMANDS[command]).main(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

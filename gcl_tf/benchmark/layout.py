@@ -1,0 +1,164 @@
+"""Where a suite keeps its runs, tables and figures, and how its saved results are read back.
+
+    DIR/runs/<benchmark>/<method-or-variant>/seed<k>/results.json   (+ artifacts.npz, tensorboard/)
+    DIR/tables/*.md, *.csv
+    DIR/figures/*.png
+    DIR/README.md        index of the tables and figures, with the commands that made them
+    DIR/suite.json       the `paper` invocations that wrote into DIR
+
+``<benchmark>`` is the stem of the benchmark's config file (configs/<benchmark>.yaml).
+``<method-or-variant>`` is a method name for the main runs (the config's preset) or
+``<method>-<variant>`` for the studies (e.g. ``gcl-no_graph_reg``, ``er-memory100``).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gcl_tf.errors import UserError
+from gcl_tf.io import read_json
+
+RUNS, TABLES, FIGURES = "runs", "tables", "figures"
+RESULTS, ARTIFACTS = "results.json", "artifacts.npz"  # as written by gcl_tf.train
+SUITE = "suite.json"
+
+# Row order of the paper's tables (methods it does not report come last, in this order).
+METHOD_ORDER = ("finetune", "ewc", "icarl", "gem", "agem", "er", "mer", "gcl")
+METHOD_LABELS = {"finetune": "Finetune", "ewc": "EWC", "icarl": "iCaRL", "gem": "GEM", "agem": "A-GEM",
+                 "er": "ER", "mer": "MER", "gcl": "GCL"}
+BENCHMARK_LABELS = {
+    "permuted_mnist": "Permuted MNIST",
+    "rotated_mnist": "Rotated MNIST",
+    "split_svhn": "Split SVHN",
+    "split_cifar10": "Split CIFAR10",
+    "split_cifar100": "Split CIFAR100",
+    "split_miniimagenet": "Split MiniImageNet",
+    "permuted_fashion_mnist": "Permuted Fashion-MNIST",
+    "rotated_fashion_mnist": "Rotated Fashion-MNIST",
+    "quickstart": "Permuted digits",
+}
+
+
+# The paper's ablation table (Split CIFAR10): each variant removes one more component of GCL.
+# (folder name, label, config overrides applied on top of the GCL preset)
+ABLATIONS = (
+    ("gcl", "Full GCL", ()),
+    ("gcl-no_graph_reg", "No graph regularisation", ("method.graph_lambda=0",)),
+    ("gcl-no_graph_reg-one_sample", "+ one test graph sample",
+     ("method.graph_lambda=0", "method.test_graph_samples=1")),
+    ("gcl-no_graph_reg-one_sample-deterministic", "+ deterministic graphs",
+     ("method.graph_lambda=0", "method.test_graph_samples=1", "method.stochastic_graphs=false")),
+)
+ABLATION_VARIANTS = tuple(name for name, _, _ in ABLATIONS)
+MEMORY_METHODS = ("er", "gcl")  # the paper's memory-size figure
+
+
+def memory_variant(method: str, size: int) -> str:
+    return f"{method}-memory{size}"
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def benchmark_label(benchmark: str) -> str:
+    return BENCHMARK_LABELS.get(benchmark, benchmark.replace("_", " "))
+
+
+def run_dir(output: str, benchmark: str, variant: str, seed: int) -> str:
+    return os.path.join(output, RUNS, benchmark, variant, f"seed{seed}")
+
+
+@dataclass
+class RunResult:
+    """One finished run, read from its results.json."""
+
+    benchmark: str
+    variant: str
+    seed: int
+    folder: str
+    results: dict
+
+    @property
+    def method(self) -> str:
+        return self.results.get("method") or self.variant.split("-")[0]
+
+    @property
+    def is_main(self) -> bool:
+        """A main run: the config's preset for the method, no study variant."""
+        return "-" not in self.variant
+
+    @property
+    def config(self) -> dict:
+        return self.results.get("config", {})
+
+    @property
+    def memory_size(self):
+        return self.config.get("method", {}).get("memory_size")
+
+    def artifacts(self):
+        """The arrays saved at the end of training (a dict), or None when the run has none."""
+        path = os.path.join(self.folder, ARTIFACTS)
+        if not os.path.isfile(path):
+            return None
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+
+    # Per-sample times (milliseconds) from the saved seconds and counts.
+    def train_ms_per_sample(self) -> float:
+        r = self.results
+        samples = r.get("train_samples")
+        if samples is None and r.get("train_steps") is not None:  # results written before the count
+            samples = r["train_steps"] * self.config.get("train", {}).get("batch_size", 1)
+        return 1000.0 * r["train_seconds"] / samples if samples else float("nan")
+
+    def test_ms_per_sample(self) -> float:
+        samples = self.results.get("eval_samples")
+        return 1000.0 * self.results["eval_seconds"] / samples if samples else float("nan")
+
+
+_SEED = re.compile(r"^seed(\d+)$")
+
+
+def collect(output: str) -> list[RunResult]:
+    """Every finished run under ``output/runs`` (those with a results.json), in a stable order."""
+    if not os.path.isdir(output):
+        raise UserError(f"results folder {output!r} does not exist")
+    found = []
+    for path in sorted(glob.glob(os.path.join(output, RUNS, "*", "*", "seed*", RESULTS))):
+        seed_dir = os.path.dirname(path)
+        variant_dir = os.path.dirname(seed_dir)
+        match = _SEED.match(os.path.basename(seed_dir))
+        if not match:
+            continue
+        try:
+            results = read_json(path)
+        except (OSError, ValueError) as error:
+            raise UserError(f"{path}: not a readable results file ({error.__class__.__name__})") from None
+        found.append(RunResult(os.path.basename(os.path.dirname(variant_dir)), os.path.basename(variant_dir),
+                               int(match.group(1)), seed_dir, results))
+    found.sort(key=lambda r: (r.benchmark, r.variant, r.seed))
+    return found
+
+
+def method_sort_key(method: str):
+    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+
+
+def mean_std(values) -> tuple[float, float, int]:
+    """Mean, sample standard deviation (ddof=1; NaN for one value) and count of the finite values."""
+    values = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    return float(np.mean(values)), (float(np.std(values, ddof=1)) if n > 1 else float("nan")), n
+
+
+def seen_task_accuracy(matrix) -> np.ndarray:
+    """[T]: after task i, the accuracy averaged over tasks 1..i (the paper's accuracy-vs-tasks curve)."""
+    R = np.asarray(matrix, dtype=float)
+    return np.array([R[i, : i + 1].mean() for i in range(R.shape[0])])

@@ -1,0 +1,338 @@
+"""Reproduce the paper's tables and figures: ``python -m gcl_tf.benchmark paper --output DIR``.
+
+Runs every (benchmark, method, seed) of the selected studies, each into its own folder
+``DIR/runs/<benchmark>/<method-or-variant>/seed<k>/`` (see ``layout.py``), then redraws every
+table and figure (``plots.redraw``). A run whose folder already holds its results.json is not
+recomputed, so an interrupted suite resumes where it stopped; a finished run whose config
+differs from the one planned now stops the suite with one line (use another --output).
+
+Studies (``--studies``):
+- ``main``: every method with a preset in ``configs/<benchmark>.yaml`` (or those of --methods),
+  with the preset's settings: the paper's Tables 1 and 2, accuracy vs tasks, timing, t-SNE,
+  context graph;
+- ``ablation``: GCL with graph_lambda 0, then also one test graph sample, then also deterministic
+  graphs (the paper's ablation table; the full model is the main GCL run), on the benchmarks of
+  --ablation-benchmarks (default: the paper's, split_cifar10);
+- ``memory``: ER and GCL at each memory size of --memory-sizes (default 100 250 500 1000), on the
+  benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10). The run
+  at a preset's own memory size is the main run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+
+from gcl_tf.benchmark import layout
+from gcl_tf.errors import ConfigError, DataError, UserError, exit_on_user_error
+from gcl_tf.io import read_json, write_json_atomic
+
+PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
+                    "split_miniimagenet")
+STUDIES = ("main", "ablation", "memory")
+PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn", "split_cifar10")}
+PAPER_MEMORY_SIZES = (100, 250, 500, 1000)
+DEFAULT_SEEDS = 5  # the paper's five runs
+# Config keys that do not change a run's results: a finished run with other values is reused.
+_IGNORED_KEYS = ("output_dir", "train.verbose", "train.log_every", "tune")
+
+
+@dataclass
+class Run:
+    benchmark: str
+    variant: str
+    method: str
+    seed: int
+    study: str
+    config_path: str
+    overrides: list = field(default_factory=list)  # everything after the file: preset choice, --set, variant, seed
+    config: object = None  # the resolved gcl_tf.config.Config
+
+
+# ----------------------------------------------------------------------------- planning
+def _names(values) -> list[str]:
+    """``["a,b", "c"]`` -> ``["a", "b", "c"]`` (comma-separated and/or repeated)."""
+    out = []
+    for value in values or ():
+        out += [v.strip() for v in str(value).split(",") if v.strip()]
+    return out
+
+
+def available_benchmarks(config_dir: str) -> list[str]:
+    if not os.path.isdir(config_dir):
+        raise UserError(f"--config-dir: folder {config_dir!r} does not exist")
+    return sorted(f[:-5] for f in os.listdir(config_dir) if f.endswith(".yaml"))
+
+
+def preset_methods(config_path: str) -> list[str]:
+    from gcl_tf import config as config_lib
+
+    presets = config_lib.load_yaml(config_path).get("presets") or {}
+    if not isinstance(presets, dict):
+        raise ConfigError(f"{config_path}: presets: expected a mapping from method name to settings")
+    return list(presets)
+
+
+def _study_benchmarks(requested, study: str, selected: list[str]) -> list[str]:
+    names = _names(requested) if requested else list(PAPER_STUDY_BENCHMARKS[study])
+    if names == ["all"]:
+        return list(selected)
+    return [b for b in names if b in selected]
+
+
+def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
+         studies=STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
+         memory_benchmarks=None, log=print) -> list[Run]:
+    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
+    training). Runs that are the same (e.g. the memory study at the preset's size and the main
+    run) appear once."""
+    from gcl_tf import config as config_lib
+    from gcl_tf import methods as methods_lib
+
+    studies = _names(studies) or list(STUDIES)
+    unknown = [s for s in studies if s not in STUDIES]
+    if unknown:
+        raise UserError(f"--studies: unknown study {unknown[0]!r}; allowed: {', '.join(STUDIES)}")
+    if seeds < 1:
+        raise UserError(f"--seeds: {seeds} is not allowed; allowed: 1 or more")
+    available = available_benchmarks(config_dir)
+    selected = _names(benchmarks) or list(PAPER_BENCHMARKS)
+    for b in selected:
+        if b not in available:
+            raise UserError(f"--benchmarks: no config {os.path.join(config_dir, b + '.yaml')!r}; "
+                            f"allowed: {', '.join(available) or '(none)'}")
+    wanted_methods = _names(methods)
+    for m in wanted_methods:
+        if m not in methods_lib.names():
+            raise UserError(f"--methods: unknown method {m!r}; allowed: {', '.join(methods_lib.names())}")
+    sizes = [int(s) for s in _names(memory_sizes)]
+    if any(s < 1 for s in sizes):
+        raise UserError("--memory-sizes: every size must be 1 or more")
+    study_benchmarks = {"main": selected}
+    for study in ("ablation", "memory"):
+        requested = ablation_benchmarks if study == "ablation" else memory_benchmarks
+        study_benchmarks[study] = _study_benchmarks(requested, study, selected) if study in studies else []
+        if study in studies and not study_benchmarks[study]:
+            log(f"note: the {study} study runs on {', '.join(_names(requested) or PAPER_STUDY_BENCHMARKS[study])}, "
+                f"none of which is selected; pass --{study}-benchmarks NAME[,NAME] or all")
+
+    runs, seen = [], {}
+
+    def add(benchmark, variant, method, study, variant_overrides):
+        path = os.path.join(config_dir, benchmark + ".yaml")
+        for seed in range(seeds):
+            key = (benchmark, variant, seed)
+            if key in seen:
+                continue
+            sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
+            config = config_lib.load_config(path, sets)
+            run = Run(benchmark, variant, method, seed, study, path, sets, config)
+            seen[key] = run
+            runs.append(run)
+
+    for b in selected:
+        path = os.path.join(config_dir, b + ".yaml")
+        presets = preset_methods(path)
+        main = [m for m in (wanted_methods or presets) if m in presets]
+        missing = [m for m in wanted_methods if m not in presets]
+        if "main" in studies:
+            if missing:
+                log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
+            for m in main:
+                add(b, m, m, "main", [])
+        if b in study_benchmarks["ablation"]:
+            if "gcl" not in presets:
+                raise UserError(f"{path}: the ablation study needs a gcl preset")
+            for variant, _, variant_overrides in layout.ABLATIONS:
+                add(b, variant, "gcl", "ablation", list(variant_overrides))
+        if b in study_benchmarks["memory"]:
+            for m in layout.MEMORY_METHODS:
+                if m not in presets:
+                    raise UserError(f"{path}: the memory study needs a {m} preset")
+                preset_size = config_lib.load_config(path, [f"method.name={m}", *overrides]).method.memory_size
+                for size in sizes:
+                    variant = m if size == preset_size else layout.memory_variant(m, size)
+                    add(b, variant, m, "memory", [f"method.memory_size={size}"] if variant != m else [])
+    return runs
+
+
+def check_data(runs) -> None:
+    """Stop before training when a local data location is missing (one line naming the config)."""
+    checked = set()
+    for run in runs:
+        bench = run.config.benchmark
+        if run.config_path in checked or bench.source not in ("idx", "npz", "folder"):
+            continue
+        checked.add(run.config_path)
+        if not os.path.exists(bench.path):
+            raise DataError(f"{run.benchmark}: benchmark.path {bench.path!r} does not exist; set it in "
+                            f"{run.config_path} or pass --set benchmark.path=...")
+
+
+# ----------------------------------------------------------------------------- running
+def _comparable(config_dict: dict) -> dict:
+    out = json.loads(json.dumps(config_dict))
+    for key in _IGNORED_KEYS:
+        node, parts = out, key.split(".")
+        for part in parts[:-1]:
+            node = node.get(part, {})
+        node.pop(parts[-1], None)
+    return out
+
+
+def _first_difference(old, new, prefix=""):
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            found = _first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return None
+    return None if old == new else (prefix[:-1], old, new)
+
+
+def finished(run: Run, folder: str) -> bool:
+    """True when ``folder`` holds this run's results; a different finished config is an error."""
+    path = os.path.join(folder, layout.RESULTS)
+    if not os.path.isfile(path):
+        return False
+    try:
+        saved = read_json(path).get("config", {})
+    except (OSError, ValueError):
+        raise UserError(f"{path}: not a readable results file; remove it to recompute the run") from None
+    difference = _first_difference(_comparable(saved), _comparable(run.config.to_dict()))
+    if difference:
+        key, old, new = difference
+        raise UserError(f"{folder} holds a finished run with another config ({key}: {old!r} there, {new!r} now); "
+                        "choose another --output or remove that folder")
+    return True
+
+
+class _BenchmarkCache:
+    """The last ContinualBenchmark built (runs are ordered so that consecutive ones share it)."""
+
+    def __init__(self):
+        self.key, self.value = None, None
+
+    def get(self, config):
+        from gcl_tf.data import ContinualBenchmark
+
+        key = (json.dumps(config.to_dict()["benchmark"], sort_keys=True), config.seed, config.eval.split)
+        if key != self.key:
+            self.key, self.value = None, None  # free the previous one first
+            self.value = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
+            self.key = key
+        return self.value
+
+
+def run_suite(runs, output: str, verbose=None, log=print) -> dict:
+    """Train every unfinished run in order; returns counts {"trained", "skipped"}."""
+    import keras
+
+    from gcl_tf import train
+
+    # Consecutive runs share their data: group by benchmark and seed, keeping the plan's order otherwise.
+    order = {}
+    for run in runs:
+        order.setdefault((run.benchmark, run.seed), len(order))
+    runs = sorted(runs, key=lambda r: order[(r.benchmark, r.seed)])
+    cache = _BenchmarkCache()
+    counts = {"trained": 0, "skipped": 0}
+    start = time.perf_counter()
+    total = len(runs)
+    for i, run in enumerate(runs, 1):
+        folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
+        label = f"[{i}/{total}] {run.benchmark} {run.variant} seed {run.seed}"
+        if finished(run, folder):
+            counts["skipped"] += 1
+            log(f"{label}: finished before, skipped")
+            continue
+        log(f"{label}: training ({run.study}) -> {folder}")
+        run_start = time.perf_counter()
+        keras.backend.clear_session()
+        results = train.run(run.config, output_dir=folder, overwrite=False, verbose=verbose,
+                            benchmark=cache.get(run.config))
+        counts["trained"] += 1
+        log(f"{label}: ACC {results['acc']:.2f} FGT {results['fgt']:.2f} in {time.perf_counter() - run_start:.0f} s "
+            f"(suite {time.perf_counter() - start:.0f} s)")
+    return counts
+
+
+def record_invocation(output: str, argv) -> None:
+    path = os.path.join(output, layout.SUITE)
+    data = read_json(path) if os.path.isfile(path) else {"invocations": []}
+    command = "python -m gcl_tf.benchmark paper " + " ".join(shlex.quote(a) for a in argv)
+    data["invocations"].append({
+        "command": command,
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    })
+    write_json_atomic(path, data)
+
+
+# ----------------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gcl_tf.benchmark paper",
+        description="Run the paper's experiments (resumable) and write its tables and figures into DIR.",
+        epilog="Lists take commas or repeats: --benchmarks split_svhn,split_cifar10. "
+               "Redraw without training: python -m gcl_tf.benchmark plots DIR.")
+    parser.add_argument("--output", required=True, metavar="DIR", help="suite folder (runs/, tables/, figures/)")
+    parser.add_argument("--benchmarks", nargs="+", metavar="NAME",
+                        help=f"config stems under --config-dir (default: {','.join(PAPER_BENCHMARKS)})")
+    parser.add_argument("--methods", nargs="+", metavar="NAME",
+                        help="methods of the main study (default: every preset of each benchmark's config)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"seeds 0..N-1 (default {DEFAULT_SEEDS})")
+    parser.add_argument("--studies", nargs="+", metavar="STUDY", default=["main,ablation,memory"],
+                        help="any of main, ablation, memory (default: all three)")
+    parser.add_argument("--ablation-benchmarks", nargs="+", metavar="NAME",
+                        help="benchmarks of the ablation study, or all (default: split_cifar10, as the paper)")
+    parser.add_argument("--memory-benchmarks", nargs="+", metavar="NAME",
+                        help="benchmarks of the memory study, or all (default: split_svhn,split_cifar10, as the paper)")
+    parser.add_argument("--memory-sizes", nargs="+", metavar="N", default=[",".join(map(str, PAPER_MEMORY_SIZES))],
+                        help="memory sizes of the memory study (default: 100,250,500,1000)")
+    parser.add_argument("--config-dir", default="configs", help="folder of the benchmark configs (default: configs)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key in every run, e.g. --set eval.batch_size=1000 (repeatable)")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2),
+                        help="Keras output of each run: 0 silent, 1 progress bar, 2 one line per task "
+                             "(default: the config's train.verbose)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and whether they are finished; train nothing")
+    return parser
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    from gcl_tf.quiet import import_tensorflow
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    import_tensorflow()  # first, so that a user error is the only line on stderr
+    runs = plan(args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
+                args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks)
+    if not runs:
+        raise UserError("nothing to run: no selected benchmark has a preset for the selected methods and studies")
+    if args.dry_run:
+        for run in runs:
+            folder = layout.run_dir(args.output, run.benchmark, run.variant, run.seed)
+            state = "finished" if finished(run, folder) else "to run"
+            print(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:8s} {state}")
+        return 0
+    check_data(runs)
+    os.makedirs(args.output, exist_ok=True)
+    record_invocation(args.output, argv)
+    print(f"{len(runs)} runs planned into {args.output}", flush=True)
+    counts = run_suite(runs, args.output, verbose=args.verbose,
+                       log=lambda text: print(text, flush=True))
+    print(f"trained {counts['trained']}, skipped {counts['skipped']} finished before", flush=True)
+    from gcl_tf.benchmark import plots
+
+    plots.redraw(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The paper's tables from saved results: Markdown (for reading) and CSV (paper layout + tidy).
+
+Every cell is the mean +- sample standard deviation (ddof=1) over the seeds found in
+``DIR/runs`` (``layout.mean_std``); a cell with fewer seeds than the table's others says so.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections import defaultdict
+
+import numpy as np
+
+from gcl_tf.benchmark import layout
+from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
+from gcl_tf.io import write_atomic
+
+# The paper's Tables 1 and 2: benchmarks as column groups. Other benchmarks go to table_other.
+TABLE_GROUPS = (
+    ("table1", "Table 1", ("permuted_mnist", "rotated_mnist", "split_svhn")),
+    ("table2", "Table 2", ("split_cifar10", "split_cifar100", "split_miniimagenet")),
+)
+METRICS = (("acc", "ACC (↑)"), ("fgt", "FGT (↓)"))
+
+
+def fmt(mean: float, std: float, n: int, full_n: int | None = None) -> str:
+    """``82.36 ± 0.36``; ``-`` without runs; the seed count when it differs from the table's."""
+    if n == 0 or not np.isfinite(mean):
+        return "-"
+    text = f"{mean:.2f}" if not np.isfinite(std) else f"{mean:.2f} ± {std:.2f}"
+    if full_n is not None and n != full_n:
+        text += f" (n={n})"
+    return text
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _csv(header: list[str], rows: list[list]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _num(value: float) -> str:
+    return "" if value is None or not np.isfinite(value) else repr(float(value))
+
+
+# ----------------------------------------------------------------------------- main tables
+def main_summary(runs: list[layout.RunResult]) -> dict:
+    """{(benchmark, method): {metric: (mean, std, n)}} over the main runs' seeds."""
+    grouped = defaultdict(list)
+    for run in runs:
+        if run.is_main:
+            grouped[(run.benchmark, run.variant)].append(run)
+    summary = {}
+    for key, group in grouped.items():
+        summary[key] = {
+            "acc": mean_std(r.results["acc"] for r in group),
+            "fgt": mean_std(r.results["fgt"] for r in group),
+            "bwt": mean_std(r.results.get("bwt") for r in group),
+            "train_ms": mean_std(r.train_ms_per_sample() for r in group),
+            "test_ms": mean_std(r.test_ms_per_sample() for r in group),
+            "train_seconds": mean_std(r.results["train_seconds"] for r in group),
+            "eval_seconds": mean_std(r.results["eval_seconds"] for r in group),
+            "seeds": sorted(r.seed for r in group),
+        }
+    return summary
+
+
+def table_groups(benchmarks) -> list[tuple[str, str, list[str]]]:
+    """The paper's groups restricted to the benchmarks present, then the others."""
+    present = set(benchmarks)
+    groups, placed = [], set()
+    for name, title, members in TABLE_GROUPS:
+        chosen = [b for b in members if b in present]
+        placed.update(chosen)
+        if chosen:
+            groups.append((name, title, chosen))
+    others = sorted(present - placed)
+    if others:
+        groups.append(("table_other", "Other benchmarks", others))
+    return groups
+
+
+def paper_table(summary: dict, title: str, benchmarks: list[str]) -> tuple[str, str]:
+    """One table in the paper's layout: methods as rows, (ACC, FGT) per benchmark as columns."""
+    methods = sorted({m for (b, m) in summary if b in benchmarks}, key=method_sort_key)
+    counts = [summary[(b, m)]["acc"][2] for (b, m) in summary if b in benchmarks]
+    full_n = max(counts) if counts else 0
+    header = ["Method"] + [f"{benchmark_label(b)} {label}" for b in benchmarks for _, label in METRICS]
+    md_rows, csv_rows = [], []
+    for m in methods:
+        cells = []
+        for b in benchmarks:
+            for key, _ in METRICS:
+                stats = summary.get((b, m), {}).get(key, (float("nan"), float("nan"), 0))
+                cells.append(fmt(*stats, full_n=full_n))
+        md_rows.append([method_label(m)] + cells)
+        csv_rows.append([method_label(m)] + cells)
+    caption = (f"**{title}.** Classification results (%): mean ± sample std (ddof=1) over {full_n} seed(s); "
+               "ACC higher is better, FGT lower is better.\n\n")
+    return caption + _markdown(header, md_rows), _csv(header, csv_rows)
+
+
+def main_tidy_csv(summary: dict) -> str:
+    header = ["benchmark", "method", "seeds"]
+    for key in ("acc", "fgt", "bwt", "train_ms", "test_ms"):
+        header += [f"{key}_mean", f"{key}_std"]
+    rows = []
+    for (b, m) in sorted(summary, key=lambda k: (k[0], method_sort_key(k[1]))):
+        s = summary[(b, m)]
+        row = [b, m, len(s["seeds"])]
+        for key in ("acc", "fgt", "bwt", "train_ms", "test_ms"):
+            row += [_num(s[key][0]), _num(s[key][1])]
+        rows.append(row)
+    return _csv(header, rows)
+
+
+def timing_table(summary: dict) -> tuple[str, str]:
+    header = ["Benchmark", "Method", "Training time per sample (ms)", "Testing time per sample (ms)",
+              "Total training time (s)", "Total testing time (s)"]
+    md_rows, csv_rows = [], []
+    for (b, m) in sorted(summary, key=lambda k: (k[0], method_sort_key(k[1]))):
+        s = summary[(b, m)]
+        md_rows.append([benchmark_label(b), method_label(m), fmt(*s["train_ms"]), fmt(*s["test_ms"]),
+                        fmt(*s["train_seconds"]), fmt(*s["eval_seconds"])])
+        csv_rows.append([b, m, len(s["seeds"]), _num(s["train_ms"][0]), _num(s["train_ms"][1]),
+                         _num(s["test_ms"][0]), _num(s["test_ms"][1]),
+                         _num(s["train_seconds"][0]), _num(s["eval_seconds"][0])])
+    caption = ("**Training and testing time.** Wall-clock seconds of the training steps (evaluation excluded) "
+               "per stream sample, and of the task-end evaluations per evaluated sample; mean ± std over seeds. "
+               "Absolute times depend on the machine and its load.\n\n")
+    csv_header = ["benchmark", "method", "seeds", "train_ms_per_sample_mean", "train_ms_per_sample_std",
+                  "test_ms_per_sample_mean", "test_ms_per_sample_std", "train_seconds_mean", "eval_seconds_mean"]
+    return caption + _markdown(header, md_rows), _csv(csv_header, csv_rows)
+
+
+# ----------------------------------------------------------------------------- ablation
+def ablation_runs(runs) -> dict:
+    """{benchmark: {variant: [runs]}} for the benchmarks with an ablation variant of GCL."""
+    by_bench = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run.variant in layout.ABLATION_VARIANTS:
+            by_bench[run.benchmark][run.variant].append(run)
+    return {b: dict(v) for b, v in by_bench.items() if any(k != "gcl" for k in v)}
+
+
+def components(config: dict) -> dict:
+    """Which of GCL's components a run's config keeps (the rows of the paper's ablation table)."""
+    method = config.get("method", {})
+    stochastic = bool(method.get("stochastic_graphs", True))
+    return {
+        "Graph regularization": float(method.get("graph_lambda", 0)) > 0,
+        "Multiple graph samples": stochastic and int(method.get("test_graph_samples", 1)) > 1,
+        "Random G & A": stochastic,
+        "Deterministic G & A": not stochastic,
+    }
+
+
+def ablation_table(runs) -> tuple[str, str]:
+    md_parts, csv_rows = [], []
+    for b, variants in sorted(ablation_runs(runs).items()):
+        order = [v for v in layout.ABLATION_VARIANTS if v in variants]
+        comps = {v: components(variants[v][0].config) for v in order}
+        stats = {v: {k: mean_std(r.results[k] for r in variants[v]) for k in ("acc", "fgt")} for v in order}
+        full_n = max(s["acc"][2] for s in stats.values())
+        labels = {name: label for name, label, _ in layout.ABLATIONS}
+        header = ["", *[f"{labels[v]} (`{v}`)" for v in order]]
+        rows = [[name] + ["✓" if comps[v][name] else "×" for v in order] for name in next(iter(comps.values()))]
+        rows.append(["Average accuracy (%)"] + [fmt(*stats[v]["acc"], full_n=full_n) for v in order])
+        rows.append(["Average forgetting (%)"] + [fmt(*stats[v]["fgt"], full_n=full_n) for v in order])
+        md_parts.append(f"**Ablation study on {benchmark_label(b)}** (mean ± std over {full_n} seed(s); each "
+                        "column removes one more component).\n\n" + _markdown(header, rows))
+        for v in order:
+            c = comps[v]
+            csv_rows.append([b, v, *[int(c[name]) for name in c], stats[v]["acc"][2],
+                             _num(stats[v]["acc"][0]), _num(stats[v]["acc"][1]),
+                             _num(stats[v]["fgt"][0]), _num(stats[v]["fgt"][1])])
+    header = ["benchmark", "variant", "graph_regularization", "multiple_graph_samples", "random_graphs",
+              "deterministic_graphs", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std"]
+    return "\n".join(md_parts), _csv(header, csv_rows)
+
+
+# ----------------------------------------------------------------------------- memory study
+def memory_runs(runs) -> dict:
+    """{benchmark: {(method, memory_size): [runs]}} for the benchmarks with a memory-study run;
+    the main ER/GCL runs count at their preset's memory size."""
+    studied = {r.benchmark for r in runs if r.memory_size is not None
+               and r.variant == layout.memory_variant(r.method, r.memory_size)}
+    out = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run.benchmark not in studied or run.method not in layout.MEMORY_METHODS:
+            continue
+        if run.is_main or run.variant == layout.memory_variant(run.method, run.memory_size):
+            out[run.benchmark][(run.method, int(run.memory_size))].append(run)
+    return {b: dict(v) for b, v in out.items()}
+
+
+def memory_summary(runs) -> dict:
+    """{benchmark: {(method, size): {"acc": (mean, std, n), "fgt": ...}}}."""
+    return {b: {key: {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
+                for key, group in groups.items()}
+            for b, groups in memory_runs(runs).items()}
+
+
+def memory_table(runs) -> tuple[str, str]:
+    md_parts, csv_rows = [], []
+    for b, stats in sorted(memory_summary(runs).items()):
+        sizes = sorted({size for (_, size) in stats})
+        methods = sorted({m for (m, _) in stats}, key=method_sort_key)
+        full_n = max(s["acc"][2] for s in stats.values())
+        for key, label in METRICS:
+            rows = [[method_label(m)] + [fmt(*stats[(m, s)][key], full_n=full_n) if (m, s) in stats else "-"
+                                         for s in sizes] for m in methods]
+            md_parts.append(f"**Memory size on {benchmark_label(b)}: {label}** (mean ± std over {full_n} seed(s)).\n\n"
+                            + _markdown(["Method"] + [str(s) for s in sizes], rows))
+        for (m, s) in sorted(stats, key=lambda k: (method_sort_key(k[0]), k[1])):
+            st = stats[(m, s)]
+            csv_rows.append([b, m, s, st["acc"][2], _num(st["acc"][0]), _num(st["acc"][1]),
+                             _num(st["fgt"][0]), _num(st["fgt"][1])])
+    header = ["benchmark", "method", "memory_size", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std"]
+    return "\n".join(md_parts), _csv(header, csv_rows)
+
+
+# ----------------------------------------------------------------------------- all tables
+def write_tables(output: str, runs) -> list[str]:
+    """Write every table into ``output/tables``; returns the paths written."""
+    folder = os.path.join(output, layout.TABLES)
+    written = []
+
+    def put(name: str, text: str) -> None:
+        path = os.path.join(folder, name)
+        write_atomic(path, text)
+        written.append(path)
+
+    summary = main_summary(runs)
+    for name, title, benchmarks in table_groups(b for (b, _) in summary):
+        md, table_csv = paper_table(summary, title, benchmarks)
+        put(f"{name}.md", md)
+        put(f"{name}.csv", table_csv)
+    if summary:
+        put("main_results.csv", main_tidy_csv(summary))
+        md, table_csv = timing_table(summary)
+        put("timing.md", md)
+        put("timing.csv", table_csv)
+    md, table_csv = ablation_table(runs)
+    if md:
+        put("ablation.md", md)
+        put("ablation.csv", table_csv)
+    md, table_csv = memory_table(runs)
+    if md:
+        put("memory.md", md)
+        put("memory.csv", table_csv)
+    return written
