@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 import tensorflow as tf
 
 from gcl_tf.backbones import build_classifier
