@@ -116,12 +116,16 @@ def memory_figure(runs, metric: str) -> Figure | None:
 
 
 # ----------------------------------------------------------------------------- context graph
+def sort_by_label(graph, labels):
+    """Rows and columns of ``graph`` [C, C] in the (stable) order of ``labels`` [C]; sorted labels."""
+    graph, labels = np.asarray(graph, dtype=float), np.asarray(labels)
+    order = np.argsort(labels, kind="stable")
+    return graph[order][:, order], labels[order]
+
+
 def context_graph_figure(graph, labels, title: str = "Context graph", class_names=None) -> Figure:
     """The context graph as a heat map, rows and columns sorted by label (stable), class blocks marked."""
-    graph = np.asarray(graph, dtype=float)
-    labels = np.asarray(labels)
-    order = np.argsort(labels, kind="stable")
-    sorted_graph, sorted_labels = graph[order][:, order], labels[order]
+    sorted_graph, sorted_labels = sort_by_label(graph, labels)
     figure = new_figure(6.0, 5.2)
     ax = figure.add_subplot()
     off_diagonal = sorted_graph[~np.eye(len(sorted_graph), dtype=bool)]

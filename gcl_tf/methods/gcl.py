@@ -366,7 +366,7 @@ class Method(ContinualModel):
         if filled == 0:
             return None
         chunk = max(1, int(self.config.eval.batch_size))
-        u = tf.concat([self.embed(self.memory.images[i:i + chunk], training=False)[0]
+        u = tf.concat([self.embed(self.memory.images[i:min(i + chunk, filled)], training=False)[0]
                        for i in range(0, filled, chunk)], axis=0)  # [C, H]
         graph = tf.sigmoid(edge_logits(u, u, self.kernel_log_scale)).numpy()  # [C, C]
         np.fill_diagonal(graph, 0.0)
