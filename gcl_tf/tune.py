@@ -101,7 +101,6 @@ class Search:
             cli.append(_set_text("tune.max_trials", max_trials))
         self.overrides += cli
         base = config_lib.resolve(self.raw, self.overrides)
-        self.user_config = base
         self.tuner = base.tune.tuner
         self.method = base.method.name
         if base.tune.space is None:
@@ -184,7 +183,29 @@ def _make_classes():
     class _AbortSearch(kt.errors.FatalError, UserError):
         """A user mistake met inside a trial (missing data, ...): stops the search with one line."""
 
-    class GridOracle(kt.oracles.GridSearchOracle):
+    TrialStatus = kt.engine.trial.TrialStatus
+
+    class EndedTrialsStayEnded:
+        """Oracle mixin: a reloaded search does not hand out again a trial that had ended.
+
+        ``Oracle.end_trial`` saves the oracle while the ending trial is still among the ongoing
+        ones; a single process saves again right after, but the chief of a distributed search
+        does not, so its reloaded oracle would retry the trial that ended last. A trial whose own
+        ``trial.json`` says COMPLETED or FAILED is left out of the retry queue.
+        """
+
+        def reload(self):
+            super().reload()
+            ended = (TrialStatus.COMPLETED, TrialStatus.FAILED)
+            self._retry_queue = [t for t in self._retry_queue if self.trials[t].status not in ended]
+
+    class RandomOracle(EndedTrialsStayEnded, kt.oracles.RandomSearchOracle):
+        """KerasTuner's random search."""
+
+    class BayesianOracle(EndedTrialsStayEnded, kt.oracles.BayesianOptimizationOracle):
+        """KerasTuner's Bayesian optimisation (Gaussian process)."""
+
+    class GridOracle(EndedTrialsStayEnded, kt.oracles.GridSearchOracle):
         """KerasTuner's grid search over a fixed space of choices: same order (the first value of
         each key first, the last key varying fastest), every combination once.
 
@@ -213,8 +234,8 @@ def _make_classes():
             for combination in itertools.product(*(lists[n] for n in names)):
                 values = dict(zip(names, combination))
                 if not self._duplicate(values):
-                    return {"status": kt.engine.trial.TrialStatus.RUNNING, "values": values}
-            return {"status": kt.engine.trial.TrialStatus.STOPPED, "values": None}
+                    return {"status": TrialStatus.RUNNING, "values": values}
+            return {"status": TrialStatus.STOPPED, "values": None}
 
     from keras_tuner.src.engine.oracle import Display
 
@@ -337,7 +358,8 @@ def _make_classes():
             print(f"[{self.tuner_id}] trial {trial.trial_id}: {format_values(values)} -> {outcome}"
                   f"  ({seconds:.1f}s){best_text}", flush=True)
 
-    return GridOracle, ContinualTuner, ChiefDisplay
+    oracles = {"grid": GridOracle, "random": RandomOracle, "bayesian": BayesianOracle}
+    return oracles, ContinualTuner, ChiefDisplay
 
 
 def _finished_run(folder: str, config) -> dict | None:
@@ -453,14 +475,9 @@ def _first_difference(a, b, prefix="") -> str:
 
 def make_oracle(search: Search, seed: int):
     kt = _keras_tuner()
-    GridOracle, _, _ = _make_classes()
+    oracles, _, _ = _make_classes()
     objective = kt.Objective(OBJECTIVE, direction="max")
-    common = dict(objective=objective, max_trials=search.max_trials, seed=seed)
-    if search.tuner == "grid":
-        return GridOracle(**common)
-    if search.tuner == "random":
-        return kt.oracles.RandomSearchOracle(**common)
-    return kt.oracles.BayesianOptimizationOracle(**common)
+    return oracles[search.tuner](objective=objective, max_trials=search.max_trials, seed=seed)
 
 
 # ----------------------------------------------------------------------------- the search

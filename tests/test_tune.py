@@ -229,6 +229,27 @@ def test_an_interrupted_search_resumes_without_redoing_finished_trials(tmp_path,
     assert counter.calls == [] and again["trial_id"] == summary["trial_id"]
 
 
+def test_a_reloaded_oracle_does_not_hand_out_a_trial_that_had_ended(tmp_path, monkeypatch, capsys):
+    """A distributed chief's last save lists the trial that ended last as still ongoing (KerasTuner
+    saves inside end_trial, before the trial leaves ongoing_trials): resuming must not run it again."""
+    from gcl_tf import tune
+
+    folder = tmp_path / "search"
+    tune.search(raw=TINY, output_dir=str(folder), max_trials=2)
+    with open(folder / "oracle.json") as handle:
+        state = json.load(handle)
+    state["ongoing_trials"] = {"tuner1": "1"}  # as the chief leaves it
+    with open(folder / "oracle.json", "w") as handle:
+        json.dump(state, handle)
+    capsys.readouterr()
+
+    counter = CountingTrain(monkeypatch)
+    summary = tune.search(raw=TINY, output_dir=str(folder))
+    started = re.findall(r"trial (\d+) started", capsys.readouterr().out)
+    assert started == ["2", "3"] and counter.calls == ["trial_2", "trial_3"]
+    assert summary["trials_finished"] == 4
+
+
 # ----------------------------------------------------------------------------- distributed
 def free_port() -> int:
     with socket.socket() as s:
