@@ -1,0 +1,94 @@
+"""Every config in configs/ loads and validates with every method of its presets, and the paper
+benchmarks' configs carry the paper's settings (appendices "Experiment Setup", "Hyper-parameters")."""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import yaml
+
+from conftest import REPO
+from gcl_tf.config import load_config
+
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+CASES = [(os.path.basename(path)[:-5], method)
+         for path in CONFIGS for method in (yaml.safe_load(open(path, encoding="utf-8")).get("presets") or {})]
+
+
+def load(name, method, *overrides):
+    return load_config(os.path.join(REPO, "configs", name + ".yaml"), [f"method.name={method}", *overrides])
+
+
+def test_every_config_has_presets():
+    assert len(CONFIGS) >= 9
+    names = {name for name, _ in CASES}
+    assert names == {os.path.basename(p)[:-5] for p in CONFIGS}
+
+
+@pytest.mark.parametrize("name, method", CASES)
+def test_config_loads_and_validates_with_each_preset(name, method):
+    config = load(name, method)
+    assert config.method.name == method
+    assert config.train.batch_size == 10  # every benchmark: an online stream of batches of 10
+    if method in ("er", "gem", "gcl", "mer", "icarl", "agem"):
+        assert config.method.memory_size >= 1
+
+
+# benchmark -> (protocol, dataset, source, tasks, memory, epochs, multi_head)
+PAPER = {
+    "permuted_mnist": ("permuted", "mnist", "tfds", 20, 1000, 1, False),
+    "rotated_mnist": ("rotated", "mnist", "tfds", 20, 1000, 1, False),
+    "split_svhn": ("split", "svhn_cropped", "tfds", 5, 250, 1, False),
+    "split_cifar10": ("split", "cifar10", "tfds", 5, 250, 1, False),
+    "split_cifar100": ("split", "cifar100", "tfds", 20, 500, 10, True),
+    "split_miniimagenet": ("split", "miniimagenet", "folder", 20, 500, 10, True),
+    "permuted_fashion_mnist": ("permuted", "fashion_mnist", "idx", 20, 1000, 1, False),
+    "rotated_fashion_mnist": ("rotated", "fashion_mnist", "idx", 20, 1000, 1, False),
+}
+MNIST_LIKE = {"permuted_mnist", "rotated_mnist", "permuted_fashion_mnist", "rotated_fashion_mnist"}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_paper_settings(name):
+    protocol, dataset, source, tasks, memory, epochs, multi_head = PAPER[name]
+    methods = [m for n, m in CASES if n == name]
+    assert {"finetune", "er", "gcl"} <= set(methods)
+    for method in methods:
+        c = load(name, method)
+        b = c.benchmark
+        assert (b.name, b.dataset, b.source, b.num_tasks) == (protocol, dataset, source, tasks)
+        assert (c.train.epochs, b.multi_head) == (epochs, multi_head)
+        if protocol == "split":
+            assert b.classes_per_task == (2 if tasks == 5 else 5)
+        if name in MNIST_LIKE:
+            assert b.samples_per_task == 1000
+        if hasattr(c.method, "memory_size"):
+            assert c.method.memory_size == memory, method
+        if method == "gcl":
+            assert (c.train.optimizer, c.train.learning_rate) == ("adam", pytest.approx(1e-3))
+            assert c.method.target_temperature == 5
+            if name in MNIST_LIKE:
+                assert (c.model.backbone, c.model.hidden_size, c.method.context_temperature) == ("mlp", 256, 0.1)
+            else:
+                assert (c.model.backbone, c.method.context_temperature, c.method.graph_lambda) == ("convnet", 1.0, 50)
+        elif name in MNIST_LIKE:
+            assert (c.model.backbone, c.model.hidden_size) == ("mlp", 400)
+        else:
+            assert (c.model.backbone, c.model.filters) == ("resnet18", 20)
+    if name.startswith("rotated"):
+        assert load(name, "gcl").method.graph_lambda == 5000
+        assert load(name, "gcl").benchmark.max_rotation == 180
+
+
+def test_fashion_mnist_configs_read_debians_idx_files():
+    for name in ("permuted_fashion_mnist", "rotated_fashion_mnist"):
+        b = load(name, "er").benchmark
+        assert b.path == "/usr/share/datasets/fashion-mnist" and b.test_samples_per_task == 1000
+
+
+def test_miniimagenet_reads_84x84_images_from_a_folder_the_user_sets():
+    b = load("split_miniimagenet", "er").benchmark
+    assert (b.source, b.image_size, b.color_mode) == ("folder", 84, "rgb")
+    assert "placeholder" in open(os.path.join(REPO, "configs", "split_miniimagenet.yaml"), encoding="utf-8").read()
+    assert load("split_miniimagenet", "er", "benchmark.path=/data/mini").benchmark.path == "/data/mini"
