@@ -351,3 +351,42 @@ def test_aggregate_equals_graph_times_paper_values():
     got = model.aggregate(graph, model.context_values(latents, labels)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.all(got[3] == 0)
+
+
+def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
+    """The masked [M, ...] step computes what a straightforward step on the C filled contexts
+    computes (deterministic graphs so that no noise is involved): loss and gradients."""
+    model = make_model(stochastic_graphs=False, graph_lambda=7.0, context_lambda=0.6)
+    for x, y in batches(2, seed=21):  # 20 of 30 slots filled
+        model.train_step((x, y))
+    x, y = next(batches(1, seed=22))
+    with tf.GradientTape() as tape:
+        out = model.training_forward(x, y)
+    grads = tape.gradient(out["loss"], model.trainable_variables)
+
+    C = int(model.memory.num_filled.numpy())
+    context_x, context_y = model.memory.images[:C], model.memory.labels[:C]
+    best, stored = model.memory.best_loss[:C], model.memory.edge_logits[:C, :C]
+    with tf.GradientTape() as tape:
+        u, latents = model.embed(tf.concat([context_x, x], 0), training=True)
+        e = gcl.edge_logits(u, u[:C], model.kernel_log_scale)  # [C + T, C]
+        g = tf.sigmoid(e) * (1.0 - tf.eye(C + 10, C))
+        g = g / tf.reduce_sum(g, axis=1, keepdims=True)
+        values = tf.concat([latents[:C], model.label_encoder(tf.one_hot(context_y, 10))], axis=1)
+        logits = model.output_head(tf.nn.relu(g @ values))
+        ce_c = gcl.cross_entropy(context_y, logits[:C])
+        ce_t = gcl.cross_entropy(y, logits[C:])
+        m = (best < ce_c).numpy()
+        pairs = np.outer(m, m) & ~np.eye(C, dtype=bool)
+        p, q_logits = tf.sigmoid(stored), tf.boolean_mask(e[:C], pairs)
+        p = tf.boolean_mask(p, pairs)
+        kl = tf.nn.sigmoid_cross_entropy_with_logits(labels=p, logits=q_logits) - \
+            tf.nn.sigmoid_cross_entropy_with_logits(labels=p, logits=tf.boolean_mask(stored, pairs))
+        graph_loss = tf.reduce_mean(kl) if pairs.any() else 0.0
+        loss = tf.reduce_mean(ce_t) + 0.6 * tf.reduce_mean(ce_c) + 7.0 * graph_loss
+    ref_grads = tape.gradient(loss, model.trainable_variables)
+    assert pairs.any()
+    assert float(out["loss"]) == pytest.approx(float(loss), rel=1e-5)
+    assert float(out["graph_loss"]) == pytest.approx(float(graph_loss), rel=1e-4, abs=1e-7)
+    for a, b, v in zip(grads, ref_grads, model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-3, atol=2e-6, err_msg=v.path)
