@@ -92,6 +92,12 @@ class TrainConfig:
     log_every: int = field(default=10, metadata=_range(0))
     # Keras progress bar: 0 silent, 1 bar, 2 one line per task.
     verbose: int = field(default=1, metadata=_range(0, 2))
+    # Save a checkpoint (DIR/checkpoints) every this many training steps, and always at the end of
+    # every task; 0: only at task ends. `python -m gcl_tf.train ... --resume` continues from the last.
+    checkpoint_every: int = field(default=500, metadata=_range(0))
+    # Op determinism (tf.config.experimental.enable_op_determinism): a run is bit-identical for
+    # its seed (the --deterministic option sets it).
+    deterministic: bool = False
 
 
 @dataclass
@@ -364,6 +370,9 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError(
             "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"
         )
+    check_method = getattr(config.method, "check", None)
+    if check_method is not None:  # a method's own cross-key rules
+        check_method(config)
     if config.tune.space is not None:
         search_space(config, config.tune.space, config.tune.tuner)
 

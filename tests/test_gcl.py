@@ -115,7 +115,7 @@ def test_training_graph_rows_sum_to_one_and_context_diagonal_is_zero():
         model.train_step((x, y))
     M = model.capacity
     logits = tf.constant(np.random.default_rng(1).normal(size=(M + 10, M)), tf.float32)
-    graph = model.training_graph(logits, tf.constant([7, 7], tf.int32)).numpy()
+    graph = model.training_graph(logits, model.memory.filled(), tf.constant([7, 7], tf.int32)).numpy()
     filled = int(model.memory.num_filled.numpy())
     assert filled == 20
     np.testing.assert_allclose(graph[:filled].sum(1), 1.0, rtol=1e-5)  # context rows (G)
@@ -246,10 +246,9 @@ def test_gradients_reach_every_trainable_variable():
     assert float(out["graph_loss"]) > 0  # the regulariser is active in this state
 
 
-def test_train_step_does_not_retrace_across_steps_and_tasks():
-    from gcl_tf.data.sources import SplitData
-
-    model = make_model()
+@pytest.mark.parametrize("options", [{}, {"edge_memory": "embeddings", "context_batch": 12}])
+def test_train_step_does_not_retrace_across_steps_and_tasks(options):
+    model = make_model(**options)
     traces = []
     original = model.learn
 
@@ -390,3 +389,90 @@ def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
     assert float(out["graph_loss"]) == pytest.approx(float(graph_loss), rel=1e-4, abs=1e-7)
     for a, b, v in zip(grads, ref_grads, model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-3, atol=2e-6, err_msg=v.path)
+
+
+# ----------------------------------------------------------------------------- large memories
+def test_large_memory_options_are_validated():
+    from gcl_tf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="method.context_batch: needs method.edge_memory: embeddings"):
+        make_config(context_batch=8)
+    with pytest.raises(ConfigError, match="more than method.memory_size"):
+        make_config(context_batch=31, edge_memory="embeddings")
+    with pytest.raises(ConfigError, match="method.edge_memory"):
+        make_config(edge_memory="list")
+    config = make_config(context_batch=8, edge_memory="embeddings")
+    assert config.method.context_batch == 8
+
+
+def test_embedding_edge_memory_stores_embeddings_with_the_matrix_rules():
+    model = make_model(edge_memory="embeddings")
+    assert not hasattr(model.memory, "edge_logits")
+    assert tuple(model.memory.edge_embeddings.shape) == (30, 16)
+    (x, y), = batches(1, seed=30)
+    u, _ = model.embed(x, training=True)
+    model.train_step((x, y))  # first batch: the targets' own embeddings are stored
+    np.testing.assert_allclose(model.memory.edge_embeddings[:10].numpy(), u.numpy(), rtol=1e-5, atol=1e-6)
+    # the rule, on a hand-built case: contexts at a new low refresh, regularised ones keep theirs,
+    # new samples store their own embedding
+    before = model.memory.edge_embeddings.numpy().copy()
+    k = 4
+    slots = tf.constant([0, 1, 2, 3], tf.int32)
+    valid = tf.constant([True, True, True, False])
+    regularized = tf.constant([True, False, False, False])
+    embeddings = tf.constant(np.arange((k + 10) * 16, dtype=np.float32).reshape(k + 10, 16))
+    new_slots = tf.constant([2, -1, 12, -1, -1, -1, -1, -1, -1, -1], tf.int32)
+    model._update_edge_embeddings(embeddings, slots, valid, regularized, new_slots)
+    after = model.memory.edge_embeddings.numpy()
+    e = embeddings.numpy()
+    np.testing.assert_array_equal(after[0], before[0])  # regularised: kept
+    np.testing.assert_array_equal(after[1], e[1])  # at a new low: refreshed
+    np.testing.assert_array_equal(after[2], e[k + 0])  # replaced by target 0 (wins over the refresh)
+    np.testing.assert_array_equal(after[3], before[3])  # invalid context: untouched
+    np.testing.assert_array_equal(after[12], e[k + 2])  # target 2
+    # stored logits come from the stored embeddings; 0 regulariser when they equal the current ones
+    stored = model.stored_edge_logits(slots).numpy()
+    s = after[:4]
+    expected = gcl.edge_logits(tf.constant(s), tf.constant(s), model.kernel_log_scale).numpy()
+    np.testing.assert_allclose(stored, expected, rtol=1e-5)
+    assert float(gcl.graph_regularizer(tf.constant(expected), tf.constant(stored), tf.ones([4], tf.bool))) == \
+        pytest.approx(0.0, abs=1e-6)
+
+
+def test_context_batch_attends_to_k_distinct_filled_slots():
+    model = make_model(edge_memory="embeddings", context_batch=8, memory_size=30)
+    for x, y in batches(2, seed=40):  # 20 filled
+        model.train_step((x, y))
+    seen = set()
+    for step, (x, y) in enumerate(batches(6, seed=41)):
+        slots, valid = model.select_contexts()
+        s = slots.numpy()
+        assert valid.numpy().all() and len(set(s)) == 8
+        assert np.all(s < int(model.memory.num_filled.numpy()))
+        seen.update(s.tolist())
+        with tf.GradientTape() as tape:
+            out = model.training_forward(x, y, slots, valid)
+        assert tuple(out["all_logits"].shape) == (8 + 10, 8 + 10)  # the step never touches all M
+        best_before = model.memory.best_loss.numpy().copy()
+        new_slots = model.memory.reservoir_slots(10).numpy()
+        model.train_step((x, y))
+        best = model.memory.best_loss.numpy()
+        untouched = np.setdiff1d(np.arange(30), np.concatenate([s, new_slots[new_slots >= 0]]))
+        np.testing.assert_array_equal(best[untouched], best_before[untouched])  # only attended slots change
+        assert np.all(np.isfinite(best[np.setdiff1d(s, new_slots)]))
+    assert len(seen) > 8  # different contexts on different steps
+
+
+def test_context_batch_during_fill_masks_missing_contexts():
+    model = make_model(edge_memory="embeddings", context_batch=16, memory_size=30)
+    (x, y), = batches(1, seed=50)
+    model.train_step((x, y))  # 10 filled < 16 drawn
+    slots, valid = model.select_contexts()
+    assert valid.numpy().sum() == 10 and valid.numpy()[:10].all()
+    images = model.context_images(slots, valid).numpy()
+    stored = model.memory.images.numpy()[:10]
+    for image in images:  # every image fed to the trunk is a real stored one
+        assert any(np.array_equal(image, s) for s in stored)
+    logs = model.train_step(next(batches(1, seed=51)))
+    assert np.isfinite(float(logs["loss"])) and float(logs["loss"]) > 0
+    assert np.all(np.isinf(model.memory.best_loss.numpy()[20:]))  # empty slots have no loss yet

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal, Optional
 
 import keras
 import tensorflow as tf
@@ -22,13 +23,14 @@ import tensorflow_probability as tfp
 from gcl_tf.backbones import build_backbone
 from gcl_tf.config import MethodConfig, _range
 from gcl_tf.errors import ConfigError
-from gcl_tf.memory import ReservoirMemory, step_seed
+from gcl_tf.memory import ReservoirMemory, sample_without_replacement, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 
 tfd = tfp.distributions
 
 SALT_TRAIN_GRAPH = 201
 SALT_TEST_GRAPH = 202
+SALT_CONTEXT_BATCH = 203
 ROW_EPS = 1e-12  # guards the L1 normalisation of an all-zero row
 LOG_KERNEL_MAX = -1e-6  # log k is clipped below 0 so that logit(k) stays finite
 
@@ -50,6 +52,28 @@ class Config(MethodConfig):
     test_graph_samples: int = field(default=30, metadata=_range(1))
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
+    # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or
+    # the M edge embeddings u it is recomputed from (linear memory, the paper's appendix).
+    edge_memory: Literal["matrix", "embeddings"] = "matrix"
+    # Attend to this many memory samples, drawn anew each step, instead of the whole memory, so
+    # that a step's cost no longer grows with the memory (needs edge_memory: embeddings).
+    # null: the whole memory (the paper).
+    context_batch: Optional[int] = field(default=None, metadata=_range(1))
+
+    def check(self, config):
+        if self.context_batch is not None:
+            if self.edge_memory != "embeddings":
+                raise ConfigError(
+                    "method.context_batch: needs method.edge_memory: embeddings (the matrix store needs "
+                    "every new sample's edges to the whole memory); allowed: null with matrix"
+                )
+            if self.context_batch > self.memory_size:
+                raise ConfigError(
+                    f"method.context_batch: {self.context_batch} is more than method.memory_size "
+                    f"{self.memory_size}; allowed: 1 .. {self.memory_size} or null"
+                )
+        if config.model.backbone == "resnet18":
+            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
 
 
 # ------------------------------------------------------------------------------ pure math
@@ -168,13 +192,21 @@ def average_log_probs(log_probs):
 
 # ------------------------------------------------------------------------------ memory
 class GraphMemory(ReservoirMemory):
-    """Reservoir memory plus GCL's per-slot best context loss and stored context-graph logits."""
+    """Reservoir memory plus GCL's per-slot best context loss and its learned context graph:
+    ``edge_logits`` [M, M] (``edge_memory="matrix"``) or ``edge_embeddings`` [M, H]
+    (``"embeddings"``: linear memory, stored logits recomputed with the kernel)."""
 
-    def __init__(self, capacity, image_shape, seed=0, name="memory"):
+    def __init__(self, capacity, image_shape, seed=0, edge_memory="matrix", embedding_size=None, name="memory"):
         super().__init__(capacity, image_shape, seed=seed, name=name)
+        self.edge_memory = edge_memory
         with self.name_scope:
             self.best_loss = tf.Variable(tf.fill([capacity], math.inf), trainable=False, name="best_loss")
-            self.edge_logits = tf.Variable(tf.zeros([capacity, capacity]), trainable=False, name="edge_logits")
+            if edge_memory == "matrix":
+                self.edge_logits = tf.Variable(tf.zeros([capacity, capacity]), trainable=False, name="edge_logits")
+            else:
+                self.edge_embeddings = tf.Variable(
+                    tf.zeros([capacity, embedding_size]), trainable=False, name="edge_embeddings"
+                )
 
 
 # ------------------------------------------------------------------------------ model
@@ -184,8 +216,7 @@ class Method(ContinualModel):
     def __init__(self, config, input_shape, num_classes):
         super().__init__(config, input_shape, num_classes)
         cfg = config.method
-        if config.model.backbone == "resnet18":
-            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
+        cfg.check(config)
         hidden = config.model.hidden_size
         self.hidden_size = hidden
         self.trunk = build_backbone(config.model, input_shape)
@@ -204,8 +235,11 @@ class Method(ContinualModel):
             shape=(), initializer=keras.initializers.Constant(math.log(math.sqrt(hidden))),
             name="kernel_log_scale", trainable=True,
         )
-        self.memory = GraphMemory(cfg.memory_size, input_shape, seed=config.seed)
+        self.memory = GraphMemory(cfg.memory_size, input_shape, seed=config.seed, edge_memory=cfg.edge_memory,
+                                  embedding_size=hidden)
         self.capacity = cfg.memory_size
+        # Contexts attended to per step: the whole memory, or context_batch of them.
+        self.num_contexts = cfg.context_batch or cfg.memory_size
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
@@ -244,95 +278,151 @@ class Method(ContinualModel):
         return self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool), samples=1)
 
     # -------------------------------------------------------------- training
-    def _context_images(self):
-        """Memory images, unfilled slots replaced by copies of filled ones (BatchNorm sees real images)."""
-        filled = tf.maximum(self.memory.num_filled, 1)
-        index = tf.math.floormod(tf.range(self.capacity), filled)
-        return tf.gather(self.memory.images, index)
+    def select_contexts(self):
+        """The memory slots attended to this step: ``(slots [k] int32, valid [k] bool)``.
 
-    def training_graph(self, logits_e, seed):
-        """The sampled, masked, row-normalised training graph [M + T, M] (rows: G, then A)."""
-        M, cfg = self.capacity, self.method_config
-        T = logits_e.shape[0] - M
+        The whole memory (k = M, valid = filled), or ``context_batch`` slots drawn uniformly
+        without replacement among the filled ones. Valid entries always come first.
+        """
+        filled = self.memory.filled()
+        if self.num_contexts == self.capacity:
+            return tf.range(self.capacity, dtype=tf.int32), filled
+        seed = step_seed(self.seed, self.step_counter, SALT_CONTEXT_BATCH)
+        return sample_without_replacement(filled, self.num_contexts, seed)
+
+    def context_images(self, slots, valid):
+        """Images of the context slots [k, ...]; invalid entries repeat valid ones, so that
+        BatchNorm statistics are computed on real images (invalid contexts are masked out)."""
+        k = slots.shape[0]
+        num_valid = tf.maximum(tf.reduce_sum(tf.cast(valid, tf.int32)), 1)
+        source = tf.gather(slots, tf.math.floormod(tf.range(k), num_valid))
+        return tf.gather(self.memory.images, source)
+
+    def _context_images(self):
+        """All M memory images (unfilled slots repeat filled ones)."""
+        return self.context_images(tf.range(self.capacity, dtype=tf.int32), self.memory.filled())
+
+    def training_graph(self, logits_e, valid, seed):
+        """The sampled, masked, row-normalised training graph [k + T, k] (rows: G, then A)."""
+        cfg = self.method_config
+        k = logits_e.shape[1]
+        T = logits_e.shape[0] - k
         temperature = tf.concat(
-            [tf.fill([M, 1], cfg.context_temperature), tf.fill([T, 1], cfg.target_temperature)], axis=0
-        )  # [M + T, 1]
-        no_self = tf.logical_not(tf.eye(M + T, M, dtype=tf.bool))  # self-edges of contexts removed
-        edge_mask = tf.logical_and(self.memory.filled()[None, :], no_self)  # [M + T, M]
+            [tf.fill([k, 1], cfg.context_temperature), tf.fill([T, 1], cfg.target_temperature)], axis=0
+        )  # [k + T, 1]
+        no_self = tf.logical_not(tf.eye(k + T, k, dtype=tf.bool))  # self-edges of contexts removed
+        edge_mask = tf.logical_and(valid[None, :], no_self)  # [k + T, k]
         graph = sample_graph(logits_e, temperature, seed, cfg.stochastic_graphs)
         return normalize_rows(graph, edge_mask)
 
-    def training_forward(self, x, y):
+    def stored_edge_logits(self, slots):
+        """The stored context-graph logits between the context slots [k, k] (no gradient)."""
+        memory = self.memory
+        if memory.edge_memory == "matrix":
+            if self.num_contexts == self.capacity:
+                return memory.edge_logits.read_value()
+            return tf.gather(tf.gather(memory.edge_logits, slots), slots, axis=1)
+        stored = tf.gather(memory.edge_embeddings, slots)  # [k, H]
+        return tf.stop_gradient(edge_logits(stored, stored, self.kernel_log_scale))
+
+    def training_forward(self, x, y, slots=None, valid=None):
         """The differentiable part of a step (run it under a GradientTape).
 
-        Returns the loss, its terms, the current logits between all images [M + T, M + T], the
-        per-context cross-entropies [M] and the regularised-context mask m [M].
+        ``slots, valid`` are the contexts (default: :meth:`select_contexts`). Returns the loss,
+        its terms, the edge embeddings ``u`` [k + T, H] and logits between all images
+        [k + T, k + T] (contexts first), the per-context cross-entropies [k] and the
+        regularised-context mask m [k].
         """
-        M, cfg = self.capacity, self.method_config
-        filled = self.memory.filled()  # [M]
-        context_labels = self.memory.labels
-        images = tf.concat([self._context_images(), x], axis=0)  # [M + T, ...]
+        cfg = self.method_config
+        if slots is None:
+            slots, valid = self.select_contexts()
+        k = slots.shape[0]
+        context_labels = tf.gather(self.memory.labels, slots)
+        images = tf.concat([self.context_images(slots, valid), x], axis=0)  # [k + T, ...]
         seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
-        u, latents = self.embed(images, training=True)  # [M + T, H] each
-        all_logits = edge_logits(u, u, self.kernel_log_scale)  # [M + T, M + T]
-        logits_e = all_logits[:, :M]  # E [M + T, M]: rows G (contexts) then A (targets)
-        graph = self.training_graph(logits_e, seed)
-        values = self.context_values(latents[:M], context_labels)  # [M, H + K]
-        out = self.classify(graph, values)  # [M + T, K]
-        context_ce = cross_entropy(context_labels, out[:M])  # [M]
-        target_ce = cross_entropy(y, out[M:])  # [T]
-        filled_f = tf.cast(filled, tf.float32)
-        num_filled = tf.maximum(tf.reduce_sum(filled_f), 1.0)
-        context_loss = tf.reduce_sum(context_ce * filled_f) / num_filled
+        u, latents = self.embed(images, training=True)  # [k + T, H] each
+        all_logits = edge_logits(u, u, self.kernel_log_scale)  # [k + T, k + T]
+        logits_e = all_logits[:, :k]  # E [k + T, k]: rows G (contexts) then A (targets)
+        graph = self.training_graph(logits_e, valid, seed)
+        values = self.context_values(latents[:k], context_labels)  # [k, H + K]
+        out = self.classify(graph, values)  # [k + T, K]
+        context_ce = cross_entropy(context_labels, out[:k])  # [k]
+        target_ce = cross_entropy(y, out[k:])  # [T]
+        valid_f = tf.cast(valid, tf.float32)
+        num_valid = tf.maximum(tf.reduce_sum(valid_f), 1.0)
+        context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
         target_loss = tf.reduce_mean(target_ce)
-        regularized = tf.logical_and(filled, self.memory.best_loss < tf.stop_gradient(context_ce))  # m_i
-        graph_loss = graph_regularizer(logits_e[:M], self.memory.edge_logits, regularized)
+        best = tf.gather(self.memory.best_loss, slots)
+        regularized = tf.logical_and(valid, best < tf.stop_gradient(context_ce))  # m_i
+        graph_loss = graph_regularizer(logits_e[:k], self.stored_edge_logits(slots), regularized)
         loss = target_loss + cfg.context_lambda * context_loss + cfg.graph_lambda * graph_loss
         return {
             "loss": loss,
             "target_loss": target_loss,
             "context_loss": context_loss,
             "graph_loss": graph_loss,
-            "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_filled,
+            "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid,
+            "embeddings": u,
             "all_logits": all_logits,
             "context_ce": context_ce,
             "regularized": regularized,
         }
 
-    def _learn_with_contexts(self, x, y):
+    _LOGGED = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
+
+    def _learn_with_contexts(self, x, y, slots, valid):
         with tf.GradientTape() as tape:
-            out = self.training_forward(x, y)
+            out = self.training_forward(x, y, slots, valid)
         self.apply_gradients(tape, out["loss"])
-        logs = {k: out[k] for k in ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")}
-        return tf.stop_gradient(out["all_logits"]), tf.stop_gradient(out["context_ce"]), out["regularized"], logs
+        stop = tf.stop_gradient
+        logs = {name: out[name] for name in self._LOGGED}
+        return stop(out["embeddings"]), stop(out["all_logits"]), stop(out["context_ce"]), out["regularized"], logs
 
     def _first_batch(self, x):
-        """Nothing to attend to yet: only the target-target logits, to store with the targets."""
-        M, T = self.capacity, x.shape[0]
-        u, _ = self.embed(x, training=True)
+        """Nothing to attend to yet: only the targets' embeddings and target-target logits."""
+        k, T = self.num_contexts, x.shape[0]
+        u, _ = self.embed(x, training=True)  # [T, H]
         target_logits = edge_logits(u, u, self.kernel_log_scale)  # [T, T]
-        all_logits = tf.pad(target_logits, [[M, 0], [M, 0]])  # [M + T, M + T]
-        zero = tf.constant(0.0)
-        logs = {"loss": zero, "target_loss": zero, "context_loss": zero, "graph_loss": zero,
-                "regularized_fraction": zero}
-        return all_logits, tf.fill([M], math.inf), tf.zeros([M], tf.bool), logs
+        all_logits = tf.pad(target_logits, [[k, 0], [k, 0]])  # [k + T, k + T]
+        embeddings = tf.pad(u, [[k, 0], [0, 0]])  # [k + T, H]
+        logs = {name: tf.constant(0.0) for name in self._LOGGED}
+        return embeddings, all_logits, tf.fill([k], math.inf), tf.zeros([k], tf.bool), logs
 
     def learn(self, x, y):
-        all_logits, context_ce, regularized, logs = tf.cond(
-            self.memory.num_filled > 0,
-            lambda: self._learn_with_contexts(x, y),
+        memory = self.memory
+        slots, valid = self.select_contexts()  # [k]
+        embeddings, all_logits, context_ce, regularized, logs = tf.cond(
+            memory.num_filled > 0,
+            lambda: self._learn_with_contexts(x, y, slots, valid),
             lambda: self._first_batch(x),
         )
-        memory = self.memory
-        # Best context losses: min with this step's (filled slots only; +inf elsewhere).
-        memory.best_loss.assign(tf.where(memory.filled(), tf.minimum(memory.best_loss, context_ce), memory.best_loss))
-        # Reservoir insertion, then the edge memory and the reset of replaced slots' best loss.
-        slots = memory.reservoir_slots(x.shape[0])
-        memory.edge_logits.assign(update_edge_memory(memory.edge_logits, all_logits, regularized, slots))
-        _, replaced = replaced_source_index(slots, self.capacity)
+        # Best context losses: min with this step's, for the contexts attended to.
+        best = tf.gather(memory.best_loss, slots)
+        memory.best_loss.scatter_nd_update(slots[:, None], tf.where(valid, tf.minimum(best, context_ce), best))
+        # Reservoir insertion of the targets, with the edge memory and the reset of the best
+        # loss of replaced slots.
+        new_slots = memory.reservoir_slots(x.shape[0])  # [T], -1: not stored
+        if memory.edge_memory == "matrix":
+            memory.edge_logits.assign(update_edge_memory(memory.edge_logits, all_logits, regularized, new_slots))
+        else:
+            self._update_edge_embeddings(embeddings, slots, valid, regularized, new_slots)
+        _, replaced = replaced_source_index(new_slots, self.capacity)
         memory.best_loss.assign(tf.where(replaced, math.inf, memory.best_loss))
-        memory.write(slots, x, y)
+        memory.write(new_slots, x, y)
         return logs
+
+    def _update_edge_embeddings(self, embeddings, slots, valid, regularized, new_slots):
+        """Linear edge memory: a context at a new low stores its current edge embedding; a new
+        sample stores its own (the rules of the matrix store, per slot instead of per pair)."""
+        k = slots.shape[0]
+        refresh = tf.logical_and(valid, tf.logical_not(regularized))  # [k]
+        self.memory.edge_embeddings.scatter_nd_update(
+            tf.boolean_mask(slots, refresh)[:, None], tf.boolean_mask(embeddings[:k], refresh)
+        )
+        stored = new_slots >= 0
+        self.memory.edge_embeddings.scatter_nd_update(
+            tf.boolean_mask(new_slots, stored)[:, None], tf.boolean_mask(embeddings[k:], stored)
+        )
 
     # -------------------------------------------------------------- prediction
     def predict_log_probs(self, x, class_mask, samples=None, seed=None):
