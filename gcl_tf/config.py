@@ -90,6 +90,12 @@ class TrainConfig:
     steps_per_execution: int = field(default=1, metadata=_range(1))
     # Write per-step loss terms to TensorBoard every this many steps (0: never).
     log_every: int = field(default=10, metadata=_range(0))
+    # tf.distribute strategy: none (one device), mirrored (the local devices, or train.devices),
+    # multi_worker (MultiWorkerMirroredStrategy, workers from the TF_CONFIG environment variable).
+    # The batch sizes are global: they must split evenly over the replicas.
+    distribute: Literal["none", "mirrored", "multi_worker"] = "none"
+    # Devices for distribute: mirrored, e.g. ["/cpu:0", "/cpu:1"] (null: all local GPUs, else the CPU).
+    devices: Optional[list[str]] = None
     # Keras progress bar: 0 silent, 1 bar, 2 one line per task.
     verbose: int = field(default=1, metadata=_range(0, 2))
     # Save a checkpoint (DIR/checkpoints) every this many training steps, and always at the end of
