@@ -31,6 +31,8 @@ setup(
         "console_scripts": [
             "gcl-train=gcl_tf.train:main",
             "gcl-tune=gcl_tf.tune:main",
+            "gcl-export=gcl_tf.export:main",
+            "gcl-predict=gcl_tf.predict:main",
         ]
     },
 )

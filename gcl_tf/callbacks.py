@@ -110,3 +110,44 @@ class StepLogger(keras.callbacks.Callback):
         with self.writer.as_default(step=self.step):
             for name, value in logs.items():
                 tf.summary.scalar(f"train/{name}", float(value))
+
+
+class PeriodicCheckpoint(keras.callbacks.Callback):
+    """Checkpoints during a task's ``fit`` and stops a run whose steps stopped being finite.
+
+    Every ``every`` training steps (counted on the model's global step) calls ``save(batches)``
+    with the batches of the task done so far, except at the task's last step: the driver saves
+    after the task-end evaluation. ``check()`` (one scalar read of the model's non-finite flag)
+    runs before each of those saves and when ``fit`` ends, before the task-end hooks, so a
+    diverged run stops at the next check with the last good checkpoint kept. No per-step host
+    sync: the step is counted in Python, as :class:`StepLogger` does.
+    """
+
+    def __init__(self, every: int, save, check):
+        super().__init__()
+        self.every = int(every)
+        self.save = save
+        self.check = check
+        self.task_first_step = 0
+        self.task_steps = 0
+        self.step = None
+
+    def begin_task(self, task_first_step: int, task_steps: int) -> None:
+        """Before a task's ``fit``: the global step before its first batch and its number of steps."""
+        self.task_first_step = int(task_first_step)
+        self.task_steps = int(task_steps)
+
+    def on_train_begin(self, logs=None):
+        self.step = int(self.model.step_counter.numpy())
+        self._per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+
+    def on_train_batch_end(self, batch, logs=None):
+        previous = self.step
+        self.step += self._per_call
+        done = self.step - self.task_first_step
+        if not self.every or self.step // self.every == previous // self.every or done >= self.task_steps:
+            return
+        self.save(done)
+
+    def on_train_end(self, logs=None):
+        self.check()

@@ -2,8 +2,10 @@
 
 Tasks are learned in order with ``model.fit`` (one online epoch by default); at the end of each
 task every task is evaluated (a Keras callback), filling the accuracy matrix ``R[i][j]``.
-Writes ``DIR/results.json`` (never overwritten without ``--overwrite``), ``DIR/config.yaml``
-and TensorBoard logs under ``DIR/tensorboard``.
+Writes ``DIR/results.json`` (never overwritten without ``--overwrite``), ``DIR/config.yaml``,
+``DIR/model.json`` (what ``gcl_tf.export`` needs besides the checkpoint), TensorBoard logs under
+``DIR/tensorboard`` and checkpoints under ``DIR/checkpoints`` (every ``train.checkpoint_every``
+steps and at every task end); ``--resume`` continues a killed run from its last checkpoint.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
 import datetime
+import shutil
 import sys
 import time
 
@@ -25,12 +28,20 @@ from gcl_tf.quiet import import_tensorflow
 
 RESULTS = "results.json"
 ARTIFACTS = "artifacts.npz"  # arrays for the figures (gcl_tf.benchmark): model.export_artifacts
+MODEL_INFO = "model.json"  # input shape, classes and method: what gcl_tf.export needs with the checkpoint
+
+
+def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None:
+    """Refuse to replace a finished run (no write here: bad input must leave the folder alone)."""
+    results = os.path.join(output_dir, RESULTS)
+    if os.path.exists(results) and resume:
+        raise UserError(f"--resume: {results} exists, the run is finished; nothing to resume")
+    if os.path.exists(results) and not overwrite:
+        raise UserError(f"{results} exists; pass --overwrite to replace it or choose another --output")
 
 
 def prepare_output(output_dir: str, overwrite: bool) -> None:
-    results = os.path.join(output_dir, RESULTS)
-    if os.path.exists(results) and not overwrite:
-        raise UserError(f"{results} exists; pass --overwrite to replace it or choose another --output")
+    check_output(output_dir, overwrite)
     os.makedirs(output_dir, exist_ok=True)
 
 
@@ -41,50 +52,138 @@ def build_model(config, benchmark):
     return cls(config, benchmark.input_shape, benchmark.num_classes)
 
 
-def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None) -> dict:
-    """Train and evaluate one configuration; returns (and writes) the results dictionary."""
+def build_training_state(config, benchmark, output_dir: str, resume_from=None):
+    """The compiled model and its checkpoints, restored from ``resume_from`` if given.
+
+    Everything that creates variables happens here (a distribution strategy's scope goes around
+    this call).
+    """
+    from gcl_tf.checkpoint import RunCheckpoints
+
+    model = build_model(config, benchmark)
+    model.compile_for_training(config.train)
+    checkpoints = RunCheckpoints(model, benchmark.num_tasks, output_dir)
+    if resume_from is not None:
+        checkpoints.restore(resume_from)
+    return model, checkpoints
+
+
+def model_info(config, benchmark) -> dict:
+    names = benchmark.source.class_names()
+    return {
+        "method": config.method.name,
+        "input_shape": [int(d) for d in benchmark.input_shape],
+        "num_classes": int(benchmark.num_classes),
+        "class_names": [str(n) for n in names[: benchmark.num_classes]] if names else None,
+    }
+
+
+def start_output(output_dir: str, config, benchmark) -> None:
+    """A fresh run: replace what an earlier run left (its checkpoints, an overwritten results
+    file), then write the config and the model description."""
+    from gcl_tf.checkpoint import checkpoint_dir
+
+    os.makedirs(output_dir, exist_ok=True)
+    shutil.rmtree(checkpoint_dir(output_dir), ignore_errors=True)
+    for name in (RESULTS, ARTIFACTS):
+        if os.path.exists(os.path.join(output_dir, name)):
+            os.unlink(os.path.join(output_dir, name))
+    write_atomic(os.path.join(output_dir, "config.yaml"), config_lib.config_to_yaml(config))
+    write_json_atomic(os.path.join(output_dir, MODEL_INFO), model_info(config, benchmark))
+
+
+def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False) -> dict:
+    """Train and evaluate one configuration; returns (and writes) the results dictionary.
+
+    ``resume``: continue from the last checkpoint in ``output_dir`` (the config must match the
+    run's ``config.yaml``). Bad input (config, data, a missing checkpoint) raises a UserError
+    before anything in ``output_dir`` is written.
+    """
     import keras
     import tensorflow as tf
 
     from gcl_tf import metrics
-    from gcl_tf.callbacks import StepLogger, TaskBoundary, TaskEndEvaluation
+    from gcl_tf.callbacks import PeriodicCheckpoint, StepLogger, TaskBoundary, TaskEndEvaluation
+    from gcl_tf.checkpoint import check_resumable
     from gcl_tf.data import ContinualBenchmark
-    from gcl_tf.data.streams import train_dataset
+    from gcl_tf.data.streams import task_steps_per_epoch, train_dataset
 
     output_dir = output_dir or config.output_dir
-    prepare_output(output_dir, overwrite)
-    write_atomic(os.path.join(output_dir, "config.yaml"), config_lib.config_to_yaml(config))
     verbose = config.train.verbose if verbose is None else verbose
+    check_output(output_dir, overwrite, resume)
+    resume_from = check_resumable(output_dir, config) if resume else None
 
+    if config.train.deterministic:
+        tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
     if benchmark is None:
         benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
-    model = build_model(config, benchmark)
-    model.compile_for_training(config.train)
+    for task in benchmark.tasks:  # every task has a batch, before anything is written
+        task_steps_per_epoch(len(task.train), config.train.batch_size, task.index)
+    model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from)
+    resumed_step = checkpoints.saved_step  # None for a fresh run
+    if resume_from is None:
+        start_output(output_dir, config, benchmark)
 
+    T = benchmark.num_tasks
+    progress = checkpoints.progress
+    first_task, skip = int(progress.task.numpy()), int(progress.batch.numpy())
     writer = tf.summary.create_file_writer(os.path.join(output_dir, "tensorboard"))
     evaluator = TaskEndEvaluation(benchmark, config.eval.split, config.eval.batch_size, writer, verbose=verbose > 0)
+    evaluator.matrix = progress.accuracy.numpy().copy()
+    evaluator.eval_seconds = float(progress.eval_seconds.numpy())
+    evaluator.eval_samples = int(progress.eval_samples.numpy())
+    task_seconds = progress.task_seconds.numpy().copy()
     step_logger = StepLogger(writer, config.train.log_every)
-    task_seconds = []
-    T = benchmark.num_tasks
-    for task in benchmark.tasks:
+    if resume_from is not None and verbose:
+        print(f"Resuming {output_dir} from step {checkpoints.saved_step}: task {min(first_task + 1, T)}/{T}, "
+              f"batch {skip}", flush=True)
+
+    clock = {}
+
+    def train_seconds_so_far(i):
+        return task_seconds[i] + time.perf_counter() - clock["start"] - (evaluator.eval_seconds - clock["eval"])
+
+    def progress_now(task, batch, seconds):
+        return dict(task=task, batch=batch, accuracy=evaluator.matrix, task_seconds=seconds,
+                    eval_seconds=evaluator.eval_seconds, eval_samples=evaluator.eval_samples)
+
+    def save_mid_task(batches_done):
+        seconds = task_seconds.copy()
+        seconds[checkpoints.task] = train_seconds_so_far(checkpoints.task)
+        checkpoints.save(progress_now(checkpoints.task, batches_done, seconds))
+
+    periodic = PeriodicCheckpoint(config.train.checkpoint_every, save_mid_task, checkpoints.check_finite)
+    for task in benchmark.tasks[first_task:]:
         i = task.index
+        done = skip if i == first_task else 0
         if verbose:
-            print(f"Task {i + 1}/{T} ({task.description}): {len(task.train)} training samples", flush=True)
+            resumed = f", resumed at batch {done}" if done else ""
+            print(f"Task {i + 1}/{T} ({task.description}): {len(task.train)} training samples{resumed}", flush=True)
+        # The whole stream of the task goes to the task-end hooks (EWC's Fisher, iCaRL's
+        # exemplars read it); a resumed task trains on the rest of it, as one pass.
         dataset, steps = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i)
+        total = steps * config.train.epochs
+        if done:
+            remaining, _ = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i,
+                                         skip_batches=done)
+            fit_args = dict(x=remaining, epochs=1, steps_per_epoch=total - done)
+        else:
+            fit_args = dict(x=dataset, epochs=config.train.epochs, steps_per_epoch=steps)
         model.on_task_start(i, task.classes)
         evaluator.task_index = i
-        eval_before = evaluator.eval_seconds
-        start = time.perf_counter()
+        checkpoints.task = i
+        checkpoints.task_first_step = int(model.step_counter.numpy()) - done
+        periodic.begin_task(checkpoints.task_first_step, total)
+        clock.update(start=time.perf_counter(), eval=evaluator.eval_seconds)
         model.fit(
-            dataset,
-            epochs=config.train.epochs,
-            steps_per_epoch=steps,
-            callbacks=[TaskBoundary(i, dataset), evaluator, step_logger],
+            **fit_args,
+            callbacks=[periodic, TaskBoundary(i, dataset), evaluator, step_logger],
             verbose=verbose,
             shuffle=False,
         )
-        task_seconds.append(time.perf_counter() - start - (evaluator.eval_seconds - eval_before))
+        task_seconds[i] = train_seconds_so_far(i)
+        checkpoints.save(progress_now(i + 1, 0, task_seconds))
     writer.flush()
     artifacts = model.export_artifacts(benchmark, config.eval.split)
     if artifacts:
@@ -96,17 +195,19 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         "method": config.method.name,
         "benchmark": f"{config.benchmark.name}-{config.benchmark.dataset}",
         "seed": config.seed,
+        "deterministic": bool(config.train.deterministic),
         "eval_split": config.eval.split,
         "accuracy_matrix": R.tolist(),
         **summary,
         "train_seconds": float(sum(task_seconds)),
         "eval_seconds": float(evaluator.eval_seconds),
-        "task_train_seconds": task_seconds,
+        "task_train_seconds": [float(s) for s in task_seconds],
         "train_steps": int(model.step_counter.numpy()),
         # Stream samples trained on and (unpadded) samples evaluated: the per-sample times.
         "train_samples": int(model.step_counter.numpy()) * config.train.batch_size,
         "eval_samples": int(evaluator.eval_samples),
         "num_parameters": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
+        "resumed_from_step": resumed_step,
         "tensorflow_version": tf.__version__,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(),
@@ -125,7 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set train.learning_rate=0.01 (repeatable)")
     parser.add_argument("--output", help="output folder (default: the config's output_dir)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing results.json")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing results.json")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the run in the output folder from its last checkpoint (same config)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="op determinism: the same seed gives a bit-identical run (sets train.deterministic)")
     return parser
 
 
@@ -133,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     import_tensorflow()  # first, so a config error is the only line on stderr
-    config = config_lib.load_config(args.config, args.overrides)
-    run(config, output_dir=args.output, overwrite=args.overwrite)
+    overrides = args.overrides + (["train.deterministic=true"] if args.deterministic else [])
+    config = config_lib.load_config(args.config, overrides)
+    run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume)
     return 0
 
 

@@ -89,6 +89,10 @@ class Source:
     def native_num_classes(self) -> Optional[int]:
         return None
 
+    def class_names(self) -> Optional[list]:
+        """The name of each class id, when the source knows them (else None)."""
+        return None
+
     # Public ----------------------------------------------------------------------------------
     def load(self, split: str) -> SplitData:
         if split not in SPLITS:
@@ -145,6 +149,9 @@ class DigitsSource(Source):
 
     def native_num_classes(self):
         return 10
+
+    def class_names(self):
+        return [str(d) for d in range(10)]
 
     def _load(self, split):
         from sklearn.datasets import load_digits
@@ -270,6 +277,29 @@ class FolderSource(Source):
     def native_num_classes(self):
         return len(self._class_dirs("train")[1])
 
+    def class_names(self):
+        return list(self._class_dirs("train")[1])
+
+    def _check_native_sizes(self, root, classes, size) -> None:
+        """Without benchmark.image_size every image keeps its native size, which must be the
+        training images' one: the first image of each class is checked (a header read)."""
+        from PIL import Image
+
+        for name in classes:
+            folder = os.path.join(root, name)
+            first = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))[0]
+            path = os.path.join(folder, first)
+            try:
+                with Image.open(path) as image:
+                    width, height = image.size
+            except Exception as error:
+                raise DataError(f"benchmark.path: cannot read image {path!r} ({error.__class__.__name__})") from None
+            if (height, width) != tuple(size):
+                raise DataError(
+                    f"benchmark.path: {path!r} is {height}x{width} but the training images are "
+                    f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
+                )
+
     def _image_size(self, root, classes):
         if self.config.image_size is not None:
             return self.config.image_size, self.config.image_size
@@ -290,6 +320,8 @@ class FolderSource(Source):
             raise DataError(f"benchmark.path: {root!r} has classes {classes[:5]}... but train/ has {train_classes[:5]}...")
         train_root = os.path.join(self.config.path, "train")
         size = self._image_size(train_root, train_classes)
+        if self.config.image_size is None:
+            self._check_native_sizes(root, classes, size)
         try:
             dataset = keras.utils.image_dataset_from_directory(
                 root,
@@ -330,6 +362,12 @@ class TfdsSource(Source):
         builder = self._builder()
         label = builder.info.features["label"]
         return int(label.num_classes)
+
+    def class_names(self):
+        try:
+            return list(self._builder().info.features["label"].names)
+        except Exception:  # a dataset without named labels
+            return None
 
     def _load(self, split):
         import tensorflow_datasets as tfds

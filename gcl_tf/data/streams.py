@@ -29,6 +29,17 @@ def epoch_orders(num_samples: int, epochs: int, seed: int, task_index: int) -> n
     return np.concatenate([rng.permutation(num_samples) for _ in range(epochs)])
 
 
+def task_steps_per_epoch(num_samples: int, batch_size: int, task_index: int) -> int:
+    """Training steps per epoch of a task (partial batches are dropped); a ConfigError if none."""
+    steps = num_samples // batch_size
+    if steps == 0:
+        raise ConfigError(
+            f"train.batch_size: {batch_size} is more than the {num_samples} training samples of task {task_index}; "
+            f"allowed: at most {num_samples}, or raise benchmark.samples_per_task"
+        )
+    return steps
+
+
 def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task_index: int,
                   skip_batches: int = 0) -> tuple[tf.data.Dataset, int]:
     """All epochs of one task's training stream and the number of steps per epoch.
@@ -36,12 +47,7 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
     ``skip_batches`` resumes a stream part-way (the order does not depend on it).
     """
     n = len(data)
-    steps_per_epoch = n // batch_size
-    if steps_per_epoch == 0:
-        raise ConfigError(
-            f"train.batch_size: {batch_size} is more than the {n} training samples of task {task_index}; "
-            f"allowed: at most {n}, or raise benchmark.samples_per_task"
-        )
+    steps_per_epoch = task_steps_per_epoch(n, batch_size, task_index)
     per_epoch = []
     orders = epoch_orders(n, epochs, seed, task_index).reshape(epochs, n)
     for order in orders:  # drop each epoch's partial batch

@@ -52,6 +52,12 @@ class ContinualModel(keras.Model):
         # Counts training steps; keys the stateless randomness of every step.
         self.step_counter = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step_counter")
         self.current_task = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="current_task")
+        # The first step (1-based) whose loss terms or updated weights were NaN or infinite; 0 while
+        # every step was finite. Set inside the compiled step; the driver reads it only when it saves
+        # a checkpoint (no per-step host sync) and stops a diverged run.
+        self.first_nonfinite_step = tf.Variable(
+            tf.constant(0, tf.int64), trainable=False, name="first_nonfinite_step"
+        )
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 
@@ -88,7 +94,17 @@ class ContinualModel(keras.Model):
         x, y = data[0], data[1]
         logs = self.learn(x, tf.cast(y, tf.int32))
         self.step_counter.assign_add(1)
+        self.record_nonfinite(logs)
         return logs
+
+    def record_nonfinite(self, logs) -> None:
+        """Flag this step in ``first_nonfinite_step`` (if none was flagged yet) when a logged loss
+        term or a trainable weight is not finite. A few reductions, no host transfer."""
+        checks = [tf.reduce_all(tf.math.is_finite(tf.cast(v, tf.float32))) for v in logs.values()]
+        checks += [tf.reduce_all(tf.math.is_finite(v)) for v in self.trainable_variables]
+        finite = tf.reduce_all(tf.stack(checks))
+        first = self.first_nonfinite_step
+        first.assign(tf.where(tf.logical_and(tf.equal(first, 0), tf.logical_not(finite)), self.step_counter, first))
 
     def test_step(self, data):
         x, y, class_mask, weight = data

@@ -1,0 +1,179 @@
+"""Checkpoints of a continual run (``DIR/checkpoints``): everything a killed run needs to go on.
+
+A checkpoint (``tf.train.Checkpoint`` under a ``tf.train.CheckpointManager``) holds
+- the model: weights, BatchNorm statistics and the whole method state, which every method keeps in
+  tf.Variables (episodic memories with their labels, GCL's best losses and edge logits, EWC's
+  Fisher and anchors, iCaRL's exemplars and previous network, the task class masks, counters);
+- the optimizer: its step count and slots (Adam's moments);
+- :class:`Progress`: the position in the stream (tasks finished, batches done in the current
+  task), the accuracy matrix so far and the timings.
+Randomness needs nothing more: every random draw is stateless, keyed on the run's seed and the
+step counters saved above (no Keras SeedGenerator is used; one inside a layer would be saved
+with the model's variables), and a task's batch order is precomputed from the seed, so
+``train_dataset(..., skip_batches=k)`` replays the rest of the stream exactly.
+
+Writes are atomic by design: TensorFlow writes the checkpoint's files first, then replaces the
+small ``checkpoint`` index file (write to a temporary file, then rename), and only then deletes
+the checkpoint it supersedes. A kill at any moment leaves the index pointing at a complete one.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf import config as config_lib
+from gcl_tf.errors import TrainingError, UserError
+
+CHECKPOINTS = "checkpoints"
+CONFIG = "config.yaml"
+# Keys that do not change a run's results: a run may be resumed with other values.
+RESUME_IGNORED_KEYS = ("output_dir", "train.verbose", "train.log_every", "train.checkpoint_every", "tune")
+# The last checkpoint is enough: the one it supersedes is deleted only after it is complete.
+MAX_TO_KEEP = 1
+
+
+class Progress(tf.Module):
+    """Where a run is, saved with the model: ``task`` tasks are finished and ``batch`` batches of
+    task ``task`` are done; the accuracy matrix rows of the finished tasks (NaN elsewhere) and the
+    seconds spent training each task and evaluating."""
+
+    def __init__(self, num_tasks: int, name: str = "progress"):
+        super().__init__(name=name)
+        with self.name_scope:
+            self.task = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="task")
+            self.batch = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="batch")
+            self.accuracy = tf.Variable(np.full([num_tasks, num_tasks], np.nan), trainable=False,
+                                        dtype=tf.float64, name="accuracy")  # [T, T] percent
+            self.task_seconds = tf.Variable(tf.zeros([num_tasks], tf.float64), trainable=False, name="task_seconds")
+            self.eval_seconds = tf.Variable(tf.constant(0.0, tf.float64), trainable=False, name="eval_seconds")
+            self.eval_samples = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="eval_samples")
+
+    def record(self, task: int, batch: int, accuracy, task_seconds, eval_seconds: float, eval_samples: int) -> None:
+        self.task.assign(task)
+        self.batch.assign(batch)
+        self.accuracy.assign(np.asarray(accuracy, np.float64))
+        self.task_seconds.assign(np.asarray(task_seconds, np.float64))
+        self.eval_seconds.assign(float(eval_seconds))
+        self.eval_samples.assign(int(eval_samples))
+
+
+def checkpoint_dir(output_dir: str) -> str:
+    return os.path.join(output_dir, CHECKPOINTS)
+
+
+def latest_checkpoint(output_dir: str):
+    """The path prefix of the last complete checkpoint of ``output_dir``, or None."""
+    folder = checkpoint_dir(output_dir)
+    return tf.train.latest_checkpoint(folder) if os.path.isdir(folder) else None
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_differences(saved: dict, current: dict, ignored=RESUME_IGNORED_KEYS) -> list[str]:
+    """Dotted keys whose values differ between two config dictionaries (``ignored`` keys and
+    sections left out), as ``key (saved -> current)``."""
+    def keep(key):
+        return not any(key == k or key.startswith(k + ".") for k in ignored)
+
+    a, b = _flat(saved), _flat(current)
+    keys = [k for k in dict.fromkeys(list(a) + list(b)) if keep(k)]
+    return [f"{k} ({a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r})" for k in keys if a.get(k) != b.get(k)]
+
+
+def check_resumable(output_dir: str, config) -> str:
+    """The checkpoint ``--resume`` continues from; a one-line UserError when there is none or when
+    ``config`` differs from the run's ``DIR/config.yaml`` in a key that changes results."""
+    latest = latest_checkpoint(output_dir)
+    saved_path = os.path.join(output_dir, CONFIG)
+    if latest is None or not os.path.isfile(saved_path):
+        raise UserError(
+            f"--resume: no checkpoint to resume from in {checkpoint_dir(output_dir)}; "
+            "run without --resume to start the run"
+        )
+    try:
+        saved = config_lib.load_config(saved_path).to_dict()
+    except UserError as error:
+        raise UserError(f"--resume: the run's {saved_path} is not a valid config ({error})") from None
+    differences = config_differences(saved, config.to_dict())
+    if differences:
+        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+        raise UserError(
+            f"--resume: the config differs from the run's {saved_path}: {shown}; "
+            "resume with the run's config or start a new run in another --output"
+        )
+    return latest
+
+
+class RunCheckpoints:
+    """The model, its optimizer and a :class:`Progress`, saved under ``DIR/checkpoints``.
+
+    Built once the model is compiled (the optimizer's slots exist), so a restore fills every
+    variable at once. A distribution strategy's ``scope()`` may wrap the construction and
+    :meth:`restore`.
+    """
+
+    def __init__(self, model, num_tasks: int, output_dir: str):
+        self.model = model
+        self.folder = checkpoint_dir(output_dir)
+        self.progress = Progress(num_tasks)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, progress=self.progress)
+        self._manager = None
+        self.saved_step = None  # global step of the last checkpoint written or restored
+        # The task being trained and the global step before its first batch (for messages).
+        self.task = 0
+        self.task_first_step = 0
+
+    @property
+    def manager(self) -> tf.train.CheckpointManager:
+        if self._manager is None:  # created on first use: it creates the folder
+            self._manager = tf.train.CheckpointManager(self.checkpoint, self.folder, max_to_keep=MAX_TO_KEEP)
+        return self._manager
+
+    def restore(self, path: str) -> None:
+        """Restore every saved variable from ``path``; a UserError if it does not fit the model
+        built from the config (another dataset shape, a damaged file)."""
+        try:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.OpError) as error:
+            message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+            raise UserError(
+                f"--resume: cannot restore {path} into the model built from the config ({message}); "
+                "was the data changed? start a new run in another --output"
+            ) from None
+        self.saved_step = int(self.model.step_counter.numpy())
+
+    def check_finite(self) -> None:
+        """A TrainingError naming the step (and its task and batch) if a step was not finite.
+
+        One scalar read: called when a checkpoint is due and when a task ends, never per step.
+        """
+        step = int(self.model.first_nonfinite_step.numpy())
+        if step == 0:
+            return
+        kept = (f"the last good checkpoint (step {self.saved_step}) is kept in {self.folder}"
+                if self.saved_step is not None else "no checkpoint was written")
+        raise TrainingError(
+            f"training diverged: the loss or the weights became NaN or infinite at step {step} "
+            f"(task {self.task + 1}, batch {step - self.task_first_step} of the task); training stopped and "
+            f"{kept}; lower train.learning_rate or check the data"
+        )
+
+    def save(self, progress: dict) -> str:
+        """Check that no step diverged, record ``progress`` (the keyword arguments of
+        :meth:`Progress.record`) and write a checkpoint numbered by the global step."""
+        self.check_finite()
+        self.progress.record(**progress)
+        step = int(self.model.step_counter.numpy())
+        path = self.manager.save(checkpoint_number=step)
+        self.saved_step = step
+        return path
