@@ -20,6 +20,29 @@ def step_seed(seed: int, counter, salt: int) -> tf.Tensor:
     return tf.cast(folded, tf.int32)
 
 
+def state_variable(initial, name: str, dtype=None) -> tf.Variable:
+    """A non-trainable state variable (memory, counters).
+
+    Under a tf.distribute strategy every replica keeps its own copy (ON_READ) and updates it
+    in place; the replicas apply identical updates, so the copies stay equal. Reads outside the
+    replicas and checkpoints take the first replica's copy.
+    """
+    return tf.Variable(
+        initial, trainable=False, name=name, dtype=dtype,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )
+
+
+def scatter_update(variable, indices, updates) -> None:
+    """``variable[indices] = updates`` in place (a distributed copy is reassigned whole:
+    replica-local variables have no scatter)."""
+    if isinstance(variable, tf.distribute.DistributedValues):
+        variable.assign(tf.tensor_scatter_nd_update(variable, indices, updates))
+    else:
+        variable.scatter_nd_update(indices, updates)
+
+
 def reservoir_slots(num_seen, batch_size: int, capacity: int, seed) -> tf.Tensor:
     """Slots where reservoir sampling (Vitter's algorithm R) puts a batch of stream samples.
 
@@ -67,10 +90,10 @@ class ReservoirMemory(tf.Module):
         self.image_shape = tuple(int(d) for d in image_shape)
         self.seed = int(seed)
         with self.name_scope:
-            self.images = tf.Variable(tf.zeros((self.capacity,) + self.image_shape), trainable=False, name="images")
-            self.labels = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="labels")
-            self.num_seen = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="num_seen")
-            self.num_filled = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="num_filled")
+            self.images = state_variable(tf.zeros((self.capacity,) + self.image_shape), "images")
+            self.labels = state_variable(tf.zeros([self.capacity], tf.int32), "labels")
+            self.num_seen = state_variable(tf.constant(0, tf.int64), "num_seen")
+            self.num_filled = state_variable(tf.constant(0, tf.int32), "num_filled")
 
     def filled(self) -> tf.Tensor:
         """[M] bool: slots holding a sample."""
@@ -84,8 +107,8 @@ class ReservoirMemory(tf.Module):
         """Store ``images[i], labels[i]`` in ``slots[i]`` where ``slots[i] >= 0``; advance the stream."""
         keep = slots >= 0
         index = tf.boolean_mask(slots, keep)[:, None]  # [k, 1]
-        self.images.scatter_nd_update(index, tf.boolean_mask(images, keep))
-        self.labels.scatter_nd_update(index, tf.boolean_mask(tf.cast(labels, tf.int32), keep))
+        scatter_update(self.images, index, tf.boolean_mask(images, keep))
+        scatter_update(self.labels, index, tf.boolean_mask(tf.cast(labels, tf.int32), keep))
         batch = tf.cast(tf.shape(slots)[0], tf.int64)
         self.num_seen.assign_add(batch)
         self.num_filled.assign(tf.cast(tf.minimum(self.num_seen, self.capacity), tf.int32))

@@ -71,7 +71,8 @@ def eval_arrays(data: SplitData, class_mask: np.ndarray, batch_size: int):
     images = np.concatenate([data.images, np.zeros((pad,) + data.images.shape[1:], np.uint8)])
     labels = np.concatenate([data.labels, np.zeros(pad, np.int64)]).astype(np.int32)
     weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-    masks = np.broadcast_to(class_mask.astype(bool), (padded, class_mask.shape[0]))
+    # float, not bool: Keras averages a first batch over replicas to build a distributed model
+    masks = np.broadcast_to(class_mask.astype(np.float32), (padded, class_mask.shape[0]))
     return images, labels, masks, weights
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from gcl_tf.memory import state_variable
+
 NEG_INF = -1e9
 
 
@@ -41,6 +43,8 @@ class ContinualModel(keras.Model):
 
     #: False for methods that need task boundaries (the driver provides them).
     task_free = True
+    #: True for methods whose step runs under a tf.distribute strategy (train.distribute).
+    supports_distribution = False
 
     def __init__(self, config, input_shape, num_classes: int, **kwargs):
         super().__init__(name=config.method.name, **kwargs)
@@ -50,14 +54,12 @@ class ContinualModel(keras.Model):
         self.num_classes = int(num_classes)
         self.seed = int(config.seed)
         # Counts training steps; keys the stateless randomness of every step.
-        self.step_counter = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step_counter")
-        self.current_task = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="current_task")
+        self.step_counter = state_variable(tf.constant(0, tf.int64), "step_counter")
+        self.current_task = state_variable(tf.constant(0, tf.int32), "current_task")
         # The first step (1-based) whose loss terms or updated weights were NaN or infinite; 0 while
         # every step was finite. Set inside the compiled step; the driver reads it only when it saves
         # a checkpoint (no per-step host sync) and stops a diverged run.
-        self.first_nonfinite_step = tf.Variable(
-            tf.constant(0, tf.int64), trainable=False, name="first_nonfinite_step"
-        )
+        self.first_nonfinite_step = state_variable(tf.constant(0, tf.int64), "first_nonfinite_step")
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from gcl_tf.backbones import build_classifier
 from gcl_tf.config import MethodConfig, _range
+from gcl_tf.distribute import all_gather, all_sum, num_replicas, replica_id
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 
@@ -23,6 +24,8 @@ class Config(MethodConfig):
 
 
 class Method(ContinualModel):
+    supports_distribution = True
+
     def __init__(self, config, input_shape, num_classes):
         super().__init__(config, input_shape, num_classes)
         self.network = build_classifier(config.model, input_shape, num_classes)
@@ -34,14 +37,20 @@ class Method(ContinualModel):
         return self.network(x, training=training)
 
     def learn(self, x, y):
-        batch = tf.shape(x)[0]
+        batch = x.shape[0]
+        replicas = num_replicas()
         mem_x, mem_y, ok = self.memory.sample(self.replay_batch_size, self.step_counter)
+        if replicas > 1:  # each replica replays its slice of the global replay batch
+            share = self.replay_batch_size // replicas
+            rows = replica_id() * share + tf.range(share)
+            mem_x, mem_y, ok = tf.gather(mem_x, rows), tf.gather(mem_y, rows), tf.gather(ok, rows)
         inputs = tf.concat([x, mem_x], axis=0)
         labels = tf.concat([y, mem_y], axis=0)
         weights = tf.concat([tf.ones([batch]), tf.cast(ok, tf.float32)], axis=0)
+        total_weight = all_sum(tf.reduce_sum(weights))  # of the global batch
         with tf.GradientTape() as tape:
             losses = cross_entropy(labels, self(inputs, training=True))
-            loss = tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)
-        self.apply_gradients(tape, loss)
-        self.memory.add(x, y)
-        return {"loss": loss}
+            replica_loss = tf.reduce_sum(weights * losses) / total_weight  # summed over replicas
+        self.apply_gradients(tape, replica_loss)
+        self.memory.add(all_gather(x), all_gather(y))  # the global batch, on every replica
+        return {"loss": all_sum(replica_loss)}

@@ -43,9 +43,10 @@ class Config(MethodConfig):
     # Samples of each finished task (its first ones in stream order) used to estimate the Fisher
     # (GEM's n_memories; 50 = the paper's 1000-sample budget over 20 tasks).
     fisher_samples: int = field(default=50, metadata=_range(1))
-    # empirical: mean of squared per-sample gradients (EWC paper); squared_mean: square of the
-    # gradient of the mean loss (GEM repository's code).
-    fisher: Literal["empirical", "squared_mean"] = "empirical"
+    # squared_mean: square of the gradient of the mean loss (the GEM repository's code, which the
+    # GCL paper ran and tuned ewc_lambda on); empirical: mean of squared per-sample gradients (the
+    # EWC paper; far larger, so the paper's ewc_lambda makes SGD diverge after ~10 tasks).
+    fisher: Literal["empirical", "squared_mean"] = "squared_mean"
 
 
 # ----------------------------------------------------------------------------- pure math

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from gcl_tf.backbones import build_classifier
 from gcl_tf.config import MethodConfig
+from gcl_tf.distribute import num_replicas
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 
 
@@ -16,6 +17,8 @@ class Config(MethodConfig):
 
 
 class Method(ContinualModel):
+    supports_distribution = True
+
     def __init__(self, config, input_shape, num_classes):
         super().__init__(config, input_shape, num_classes)
         self.network = build_classifier(config.model, input_shape, num_classes)
@@ -26,5 +29,6 @@ class Method(ContinualModel):
     def learn(self, x, y):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(cross_entropy(y, self(x, training=True)))
-        self.apply_gradients(tape, loss)
+            replica_loss = loss / num_replicas()  # gradients are summed over replicas
+        self.apply_gradients(tape, replica_loss)
         return {"loss": loss}

@@ -22,8 +22,9 @@ import tensorflow_probability as tfp
 
 from gcl_tf.backbones import build_backbone
 from gcl_tf.config import MethodConfig, _range
+from gcl_tf.distribute import all_gather, all_mean, num_replicas, replica_id
 from gcl_tf.errors import ConfigError
-from gcl_tf.memory import ReservoirMemory, sample_without_replacement, step_seed
+from gcl_tf.memory import ReservoirMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 
 tfd = tfp.distributions
@@ -100,15 +101,20 @@ def edge_logits(u_rows, u_cols, log_scale):
     return logit_of_exp(rbf_log_kernel(u_rows, u_cols, log_scale))
 
 
-def logit_relaxed_bernoulli(logits, temperature):
-    """The relaxed Bernoulli in logit space (Maddison et al. 2017): Logistic(logits / t, 1 / t).
+def logistic_noise(shape, seed):
+    """Standard logistic noise L (TFP's Logistic sampler), the randomness of a relaxed Bernoulli."""
+    return tfd.Logistic(loc=0.0, scale=1.0).sample(shape, seed=seed)
 
-    ``tf.sigmoid`` of its samples is exactly ``tfd.RelaxedBernoulli(t, logits).sample()`` for
-    the same seed, but with finite gradients: TFP's RelaxedBernoulli pushes the sample through
-    a Sigmoid bijector whose ``tf.where(x < -9, exp(x), sigmoid(x))`` overflows in the unused
-    branch when the sample saturates (low temperature), turning the gradient into NaN.
+
+def relaxed_bernoulli(logits, temperature, noise):
+    """A reparameterised relaxed-Bernoulli sample sigmoid((logits + L) / t) (Maddison et al. 2017).
+
+    The same value as ``tfd.RelaxedBernoulli(t, logits=logits).sample()`` for the same noise, but
+    with finite gradients: TFP's RelaxedBernoulli pushes the logit-space sample through a Sigmoid
+    bijector whose ``tf.where(x < -9, exp(x), sigmoid(x))`` overflows in the unused branch when
+    the sample saturates (low temperature), which turns the gradient into NaN.
     """
-    return tfd.Logistic(loc=logits / temperature, scale=1.0 / temperature)
+    return tf.sigmoid((logits + noise) / temperature)
 
 
 def sample_graph(logits, temperature, seed, stochastic: bool = True, sample_shape=()):
@@ -118,7 +124,8 @@ def sample_graph(logits, temperature, seed, stochastic: bool = True, sample_shap
         if not sample_shape:
             return means
         return tf.broadcast_to(means, tf.concat([tf.constant(sample_shape, tf.int32), tf.shape(means)], 0))
-    return tf.sigmoid(logit_relaxed_bernoulli(logits, temperature).sample(sample_shape, seed=seed))
+    shape = tf.concat([tf.constant(sample_shape, tf.int32), tf.shape(logits)], 0)
+    return relaxed_bernoulli(logits, temperature, logistic_noise(shape, seed))
 
 
 def normalize_rows(graph, edge_mask):
@@ -200,18 +207,18 @@ class GraphMemory(ReservoirMemory):
         super().__init__(capacity, image_shape, seed=seed, name=name)
         self.edge_memory = edge_memory
         with self.name_scope:
-            self.best_loss = tf.Variable(tf.fill([capacity], math.inf), trainable=False, name="best_loss")
+            self.best_loss = state_variable(tf.fill([capacity], math.inf), "best_loss")
             if edge_memory == "matrix":
-                self.edge_logits = tf.Variable(tf.zeros([capacity, capacity]), trainable=False, name="edge_logits")
+                self.edge_logits = state_variable(tf.zeros([capacity, capacity]), "edge_logits")
             else:
-                self.edge_embeddings = tf.Variable(
-                    tf.zeros([capacity, embedding_size]), trainable=False, name="edge_embeddings"
-                )
+                self.edge_embeddings = state_variable(tf.zeros([capacity, embedding_size]), "edge_embeddings")
 
 
 # ------------------------------------------------------------------------------ model
 class Method(ContinualModel):
     """GCL as a Keras model; ``train_step`` is the whole online update."""
+
+    supports_distribution = True
 
     def __init__(self, config, input_shape, num_classes):
         super().__init__(config, input_shape, num_classes)
@@ -290,20 +297,29 @@ class Method(ContinualModel):
         seed = step_seed(self.seed, self.step_counter, SALT_CONTEXT_BATCH)
         return sample_without_replacement(filled, self.num_contexts, seed)
 
-    def context_images(self, slots, valid):
-        """Images of the context slots [k, ...]; invalid entries repeat valid ones, so that
-        BatchNorm statistics are computed on real images (invalid contexts are masked out)."""
+    def context_images(self, slots, valid, fallback=None):
+        """Images of the context slots [k, ...]. Invalid entries repeat valid ones, or the
+        ``fallback`` images while nothing is valid (the first batch), so that BatchNorm statistics
+        are computed on real images; invalid contexts are masked out of the graphs."""
         k = slots.shape[0]
-        num_valid = tf.maximum(tf.reduce_sum(tf.cast(valid, tf.int32)), 1)
-        source = tf.gather(slots, tf.math.floormod(tf.range(k), num_valid))
-        return tf.gather(self.memory.images, source)
+        num_valid = tf.reduce_sum(tf.cast(valid, tf.int32))
+        source = tf.gather(slots, tf.math.floormod(tf.range(k), tf.maximum(num_valid, 1)))
+        images = tf.gather(self.memory.images, source)
+        if fallback is None:
+            return images
+        tiled = tf.gather(fallback, tf.math.floormod(tf.range(k), fallback.shape[0]))
+        return tf.where(num_valid > 0, images, tiled)
 
     def _context_images(self):
         """All M memory images (unfilled slots repeat filled ones)."""
         return self.context_images(tf.range(self.capacity, dtype=tf.int32), self.memory.filled())
 
     def training_graph(self, logits_e, valid, seed):
-        """The sampled, masked, row-normalised training graph [k + T, k] (rows: G, then A)."""
+        """The sampled, masked, row-normalised training graph [k + T, k] (rows: G, then A).
+
+        On R replicas the noise is drawn for the global batch (k + R T rows) and each replica
+        takes the rows of its own targets: the graphs of a single-device run, sliced.
+        """
         cfg = self.method_config
         k = logits_e.shape[1]
         T = logits_e.shape[0] - k
@@ -312,7 +328,15 @@ class Method(ContinualModel):
         )  # [k + T, 1]
         no_self = tf.logical_not(tf.eye(k + T, k, dtype=tf.bool))  # self-edges of contexts removed
         edge_mask = tf.logical_and(valid[None, :], no_self)  # [k + T, k]
-        graph = sample_graph(logits_e, temperature, seed, cfg.stochastic_graphs)
+        if not cfg.stochastic_graphs:
+            graph = tf.sigmoid(logits_e)
+        else:
+            replicas = num_replicas()
+            noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
+            if replicas > 1:
+                rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
+                noise = tf.gather(noise, rows)
+            graph = relaxed_bernoulli(logits_e, temperature, noise)
         return normalize_rows(graph, edge_mask)
 
     def stored_edge_logits(self, slots):
@@ -338,7 +362,7 @@ class Method(ContinualModel):
             slots, valid = self.select_contexts()
         k = slots.shape[0]
         context_labels = tf.gather(self.memory.labels, slots)
-        images = tf.concat([self.context_images(slots, valid), x], axis=0)  # [k + T, ...]
+        images = tf.concat([self.context_images(slots, valid, fallback=x), x], axis=0)  # [k + T, ...]
         seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
         u, latents = self.embed(images, training=True)  # [k + T, H] each
         all_logits = edge_logits(u, u, self.kernel_log_scale)  # [k + T, k + T]
@@ -355,14 +379,22 @@ class Method(ContinualModel):
         best = tf.gather(self.memory.best_loss, slots)
         regularized = tf.logical_and(valid, best < tf.stop_gradient(context_ce))  # m_i
         graph_loss = graph_regularizer(logits_e[:k], self.stored_edge_logits(slots), regularized)
-        loss = target_loss + cfg.context_lambda * context_loss + cfg.graph_lambda * graph_loss
+        context_terms = cfg.context_lambda * context_loss + cfg.graph_lambda * graph_loss
+        loss = target_loss + context_terms
+        # Gradients are summed over replicas: each weighs its targets by its share of the global
+        # batch and the (replicated) context terms by 1 / R.
+        # The first batch only fills the memory: with no context to attend to, nothing is learned.
+        learning = tf.cast(tf.reduce_any(valid), tf.float32)
+        replicas = num_replicas()
         return {
-            "loss": loss,
-            "target_loss": target_loss,
+            "loss": loss * learning,
+            "replica_loss": learning * (target_loss + context_terms) / replicas,
+            "target_loss": target_loss * learning,
             "context_loss": context_loss,
             "graph_loss": graph_loss,
             "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid,
             "embeddings": u,
+            "kernel_log_scale": tf.identity(self.kernel_log_scale),  # as read before the update
             "all_logits": all_logits,
             "context_ce": context_ce,
             "regularized": regularized,
@@ -370,35 +402,30 @@ class Method(ContinualModel):
 
     _LOGGED = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
 
-    def _learn_with_contexts(self, x, y, slots, valid):
-        with tf.GradientTape() as tape:
-            out = self.training_forward(x, y, slots, valid)
-        self.apply_gradients(tape, out["loss"])
-        stop = tf.stop_gradient
-        logs = {name: out[name] for name in self._LOGGED}
-        return stop(out["embeddings"]), stop(out["all_logits"]), stop(out["context_ce"]), out["regularized"], logs
-
-    def _first_batch(self, x):
-        """Nothing to attend to yet: only the targets' embeddings and target-target logits."""
-        k, T = self.num_contexts, x.shape[0]
-        u, _ = self.embed(x, training=True)  # [T, H]
-        target_logits = edge_logits(u, u, self.kernel_log_scale)  # [T, T]
-        all_logits = tf.pad(target_logits, [[k, 0], [k, 0]])  # [k + T, k + T]
-        embeddings = tf.pad(u, [[k, 0], [0, 0]])  # [k + T, H]
-        logs = {name: tf.constant(0.0) for name in self._LOGGED}
-        return embeddings, all_logits, tf.fill([k], math.inf), tf.zeros([k], tf.bool), logs
-
     def learn(self, x, y):
         memory = self.memory
         slots, valid = self.select_contexts()  # [k]
-        embeddings, all_logits, context_ce, regularized, logs = tf.cond(
-            memory.num_filled > 0,
-            lambda: self._learn_with_contexts(x, y, slots, valid),
-            lambda: self._first_batch(x),
-        )
-        # Best context losses: min with this step's, for the contexts attended to.
+        # One path for every step, no tf.cond around the optimizer (under a tf.distribute
+        # strategy it must not sit in control flow): the first batch has no valid context and a
+        # zero loss, so it only fills the memory.
+        with tf.GradientTape() as tape:
+            out = self.training_forward(x, y, slots, valid)
+        self.apply_gradients(tape, out["replica_loss"])
+        logs = {name: out[name] for name in self._LOGGED}
+        embeddings = tf.stop_gradient(out["embeddings"])
+        all_logits = tf.stop_gradient(out["all_logits"])
+        context_ce, regularized = tf.stop_gradient(out["context_ce"]), out["regularized"]
         best = tf.gather(memory.best_loss, slots)
-        memory.best_loss.scatter_nd_update(slots[:, None], tf.where(valid, tf.minimum(best, context_ce), best))
+        if num_replicas() > 1:  # every replica applies the same update, from the global batch
+            x, y = all_gather(x), all_gather(y)
+            context_ce = all_mean(context_ce)
+            regularized = tf.logical_and(valid, best < context_ce)
+            k = slots.shape[0]
+            embeddings = tf.concat([all_mean(embeddings[:k]), all_gather(embeddings[k:])], axis=0)
+            scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
+            all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
+        # Best context losses: min with this step's, for the contexts attended to.
+        scatter_update(memory.best_loss, slots[:, None], tf.where(valid, tf.minimum(best, context_ce), best))
         # Reservoir insertion of the targets, with the edge memory and the reset of the best
         # loss of replaced slots.
         new_slots = memory.reservoir_slots(x.shape[0])  # [T], -1: not stored
@@ -416,13 +443,11 @@ class Method(ContinualModel):
         sample stores its own (the rules of the matrix store, per slot instead of per pair)."""
         k = slots.shape[0]
         refresh = tf.logical_and(valid, tf.logical_not(regularized))  # [k]
-        self.memory.edge_embeddings.scatter_nd_update(
-            tf.boolean_mask(slots, refresh)[:, None], tf.boolean_mask(embeddings[:k], refresh)
-        )
+        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(slots, refresh)[:, None],
+                       tf.boolean_mask(embeddings[:k], refresh))
         stored = new_slots >= 0
-        self.memory.edge_embeddings.scatter_nd_update(
-            tf.boolean_mask(new_slots, stored)[:, None], tf.boolean_mask(embeddings[k:], stored)
-        )
+        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(new_slots, stored)[:, None],
+                       tf.boolean_mask(embeddings[k:], stored))
 
     # -------------------------------------------------------------- prediction
     def predict_log_probs(self, x, class_mask, samples=None, seed=None):
@@ -440,7 +465,16 @@ class Method(ContinualModel):
         u_t, _ = self.embed(x, training=False)  # [N, H]
         values = self.context_values(l_c, self.memory.labels)  # [M, H + K]
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
-        graphs = sample_graph(logits_e, cfg.test_temperature, seed, cfg.stochastic_graphs, sample_shape=(samples,))
+        replicas = num_replicas()
+        if not cfg.stochastic_graphs:
+            graphs = tf.sigmoid(logits_e)[None]  # [1, N, M]
+        elif replicas == 1:
+            graphs = sample_graph(logits_e, cfg.test_temperature, seed, sample_shape=(samples,))
+        else:  # this replica's rows of the global batch's noise, as on one device
+            n = x.shape[0]
+            noise = logistic_noise([samples, replicas * n, self.capacity], seed)
+            noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
+            graphs = relaxed_bernoulli(logits_e, cfg.test_temperature, noise)
         graphs = normalize_rows(graphs, self.memory.filled()[None, None, :])  # [S, N, M]
         logits = self.classify(graphs, values)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)

@@ -1,0 +1,106 @@
+"""tf.distribute support: strategies from the config, global-batch input slicing, replica helpers.
+
+Every replica keeps an identical copy of the episodic memory (its variables are ON_READ: each
+replica updates its own copy, reads and checkpoints take the first replica's). Memory updates use
+the *global* batch, gathered from all replicas, and stateless randomness keyed on the same
+counters, so every replica applies exactly the same update. A global batch of ``B`` samples is
+cut into ``R`` consecutive slices of ``B / R``, slice ``r`` going to replica ``r``, so a run on
+``R`` replicas computes what a single-device run computes (up to float summation order).
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from gcl_tf.errors import ConfigError
+
+
+def make_strategy(train_config):
+    """The configured strategy, or None for the default (single-device) one."""
+    kind = train_config.distribute
+    if kind == "none":
+        return None
+    if kind == "mirrored":
+        devices = list(train_config.devices) if train_config.devices else None
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if kind == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"unknown strategy {kind!r}")
+
+
+def check_batch(strategy, batch_size: int, what: str) -> None:
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ConfigError(
+            f"{what}: {batch_size} does not split evenly over {replicas} replicas; "
+            f"allowed: a multiple of {replicas}"
+        )
+
+
+def distribute_batches(strategy, dataset: tf.data.Dataset, global_batch: int):
+    """Distribute a dataset of global batches: replica r gets the r-th consecutive slice.
+
+    Each worker builds the dataset, keeps the slices of its local replicas and hands them out
+    round-robin, as ``distribute_datasets_from_function`` does.
+    """
+    replicas = strategy.num_replicas_in_sync
+    check_batch(strategy, global_batch, "batch size")
+    per_replica = global_batch // replicas
+
+    def dataset_fn(context: tf.distribute.InputContext):
+        local = replicas // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+
+        def slices(*batch):
+            parts = [tf.reshape(t, tf.concat([[replicas, per_replica], tf.shape(t)[1:]], 0)) for t in batch]
+            parts = [t[first:first + local] for t in parts]
+            return tf.data.Dataset.from_tensor_slices(tuple(parts))
+
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.with_options(options).flat_map(slices).prefetch(tf.data.AUTOTUNE)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+# ----------------------------------------------------------------------------- in a replica
+def num_replicas() -> int:
+    """Replicas in sync (1 outside a strategy). A Python int: usable for static shapes."""
+    context = tf.distribute.get_replica_context()
+    return 1 if context is None else int(context.num_replicas_in_sync)
+
+
+def replica_id():
+    """This replica's index in its sync group (0 outside a strategy)."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tf.constant(0, tf.int32)
+    return tf.cast(context.replica_id_in_sync_group, tf.int32)
+
+
+def all_gather(value):
+    """Concatenate ``value`` from every replica along axis 0 (identity on one replica)."""
+    replicas = num_replicas()
+    if replicas == 1:
+        return value
+    gathered = tf.distribute.get_replica_context().all_gather(value, axis=0)
+    if value.shape.rank and value.shape[0] is not None:  # keep the static shape
+        gathered = tf.ensure_shape(gathered, [replicas * value.shape[0]] + value.shape[1:].as_list())
+    return gathered
+
+
+def all_mean(value):
+    """Mean of ``value`` over replicas (identity on one replica)."""
+    if num_replicas() == 1:
+        return value
+    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, value)
+
+
+def all_sum(value):
+    if num_replicas() == 1:
+        return value
+    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def replica_rows(global_rows, local_rows: int):
+    """Indices [local_rows] of this replica's rows within a global batch of ``global_rows``."""
+    return replica_id() * local_rows + tf.range(local_rows)
