@@ -95,11 +95,14 @@ def check_resumable(output_dir: str, config) -> str:
     ``config`` differs from the run's ``DIR/config.yaml`` in a key that changes results."""
     latest = latest_checkpoint(output_dir)
     saved_path = os.path.join(output_dir, CONFIG)
-    if latest is None or not os.path.isfile(saved_path):
+    if latest is None:
         raise UserError(
             f"--resume: no checkpoint to resume from in {checkpoint_dir(output_dir)}; "
             "run without --resume to start the run"
         )
+    if not os.path.isfile(saved_path):
+        raise UserError(f"--resume: {saved_path} is missing, so the run's config cannot be checked; "
+                        "start a new run in another --output")
     try:
         saved = config_lib.load_config(saved_path).to_dict()
     except UserError as error:

@@ -70,7 +70,7 @@ def predict(export_dir: str, paths, seed: int = 0):
     images = load_images(paths, metadata["input_shape"])
     try:
         serve = tf.saved_model.load(export_dir).signatures[SIGNATURE]
-    except (OSError, KeyError, ValueError) as error:
+    except Exception as error:  # a damaged or foreign SavedModel (protobuf, TensorFlow or OS errors)
         raise UserError(f"OUT: cannot load the SavedModel in {export_dir!r} ({error.__class__.__name__})") from None
     probabilities = serve(images=tf.constant(images), seed=tf.constant(seed, tf.int64))["probabilities"]
     return probabilities.numpy(), metadata.get("class_names")

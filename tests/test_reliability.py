@@ -256,7 +256,7 @@ METHOD_SETTINGS = {
     "ewc": {"fisher_samples": 10},
     "gem": {"memory_size": 20},
     "agem": {"memory_size": 20, "agem_batch_size": 10},
-    "mer": {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 2},
+    "mer": {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1},
     "icarl": {"memory_size": 20},
 }
 
@@ -534,6 +534,10 @@ def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, c
     assert "no checkpoint to resume from" in cli_error(["--config", config, "--output", str(out), "--resume"], capsys)
     assert not out.exists()
     assert "nothing to resume" in cli_error(["--config", config, "--output", str(finished_run), "--resume"], capsys)
+    (finished_run / "results.json").unlink()
+    (finished_run / "config.yaml").unlink()
+    (finished_run / "checkpoints" / "ckpt-30.index").write_text("")
+    assert "config.yaml is missing" in cli_error(["--config", config, "--output", str(finished_run), "--resume"], capsys)
 
     # A run stopped after its first task (its checkpoint), resumed with another learning rate or
     # another seed: refused, naming the key; with another verbosity or checkpoint cadence: fine.
