@@ -28,9 +28,11 @@ class TaskEndEvaluation(keras.callbacks.Callback):
     One instance lives across all tasks; set ``task_index`` before each task's ``fit``.
     """
 
-    def __init__(self, benchmark, split: str = "test", batch_size: int = 500, writer=None, verbose: bool = True):
+    def __init__(self, benchmark, split: str = "test", batch_size: int = 500, writer=None, verbose: bool = True,
+                 strategy=None):
         super().__init__()
         self.benchmark = benchmark
+        self.strategy = strategy  # a tf.distribute strategy: each global batch is split over replicas
         self.split = split
         self.batch_size = batch_size
         self.writer = writer
@@ -48,6 +50,10 @@ class TaskEndEvaluation(keras.callbacks.Callback):
                 eval_dataset(task.eval_data(self.split), self.benchmark.class_mask(task), self.batch_size)
                 for task in self.benchmark.tasks
             ]
+            if self.strategy is not None:
+                from gcl_tf.distribute import distribute_batches
+
+                self._datasets = [distribute_batches(self.strategy, ds, self.batch_size) for ds in self._datasets]
         return self._datasets
 
     def evaluate_all(self, model) -> np.ndarray:

@@ -14,17 +14,30 @@ import tensorflow as tf
 from gcl_tf.errors import ConfigError
 
 
+_STRATEGIES: dict = {}
+
+
 def make_strategy(train_config):
-    """The configured strategy, or None for the default (single-device) one."""
+    """The configured strategy, or None for the default (single-device) one.
+
+    One strategy per kind and device list per process, reused by later runs (a tuner or the
+    benchmark suite runs many): TensorFlow numbers collective operations per process, and two
+    live strategies over the same devices can mismatch them; MultiWorkerMirroredStrategy can
+    only be created once.
+    """
     kind = train_config.distribute
     if kind == "none":
         return None
-    if kind == "mirrored":
-        devices = list(train_config.devices) if train_config.devices else None
-        return tf.distribute.MirroredStrategy(devices=devices)
-    if kind == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    raise ValueError(f"unknown strategy {kind!r}")
+    devices = tuple(train_config.devices) if (kind == "mirrored" and train_config.devices) else None
+    key = (kind, devices)
+    if key not in _STRATEGIES:
+        if kind == "mirrored":
+            _STRATEGIES[key] = tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
+        elif kind == "multi_worker":
+            _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy()
+        else:
+            raise ValueError(f"unknown strategy {kind!r}")
+    return _STRATEGIES[key]
 
 
 def check_batch(strategy, batch_size: int, what: str) -> None:
@@ -51,7 +64,7 @@ def distribute_batches(strategy, dataset: tf.data.Dataset, global_batch: int):
         first = context.input_pipeline_id * local
 
         def slices(*batch):
-            parts = [tf.reshape(t, tf.concat([[replicas, per_replica], tf.shape(t)[1:]], 0)) for t in batch]
+            parts = [tf.reshape(t, [replicas, per_replica] + t.shape[1:].as_list()) for t in batch]  # static
             parts = [t[first:first + local] for t in parts]
             return tf.data.Dataset.from_tensor_slices(tuple(parts))
 
@@ -85,6 +98,16 @@ def all_gather(value):
     gathered = tf.distribute.get_replica_context().all_gather(value, axis=0)
     if value.shape.rank and value.shape[0] is not None:  # keep the static shape
         gathered = tf.ensure_shape(gathered, [replicas * value.shape[0]] + value.shape[1:].as_list())
+    return gathered
+
+
+def gather_in_order(*values):
+    """``all_gather`` each value, one after the other: every replica must launch its collectives
+    in the same order, so each gather waits for the previous one."""
+    gathered = []
+    for value in values:
+        with tf.control_dependencies(gathered[-1:]):
+            gathered.append(all_gather(value))
     return gathered
 
 

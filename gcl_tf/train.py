@@ -14,10 +14,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
+import contextlib
 import datetime
 import shutil
 import sys
+import tempfile
 import time
+import warnings
 
 import numpy as np
 
@@ -45,11 +48,42 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
     os.makedirs(output_dir, exist_ok=True)
 
 
-def build_model(config, benchmark):
+def model_class(config):
     from gcl_tf import methods
 
-    cls = methods.method_class(config.method.name)
-    return cls(config, benchmark.input_shape, benchmark.num_classes)
+    return methods.method_class(config.method.name)
+
+
+def build_model(config, benchmark):
+    return model_class(config)(config, benchmark.input_shape, benchmark.num_classes)
+
+
+def make_strategy(config, cls):
+    """The configured tf.distribute strategy (None: one device), checked against the method and
+    the batch sizes before anything is built."""
+    from gcl_tf import distribute
+
+    if config.train.distribute == "none":
+        return None
+    if not cls.supports_distribution:
+        raise UserError(
+            f"train.distribute: method {config.method.name} does not run under a tf.distribute strategy; "
+            "allowed: none (or a method among finetune, er, gcl)"
+        )
+    strategy = distribute.make_strategy(config.train)
+    distribute.check_batch(strategy, config.train.batch_size, "train.batch_size")
+    distribute.check_batch(strategy, config.eval.batch_size, "eval.batch_size")
+    cls.check_replicas(config, strategy.num_replicas_in_sync)
+    return strategy
+
+
+def is_chief(strategy) -> bool:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    return task_type == "chief" or (task_type == "worker" and task_id == 0 and
+                                     "chief" not in resolver.cluster_spec().as_dict())
 
 
 def build_training_state(config, benchmark, output_dir: str, resume_from=None):
@@ -92,7 +126,8 @@ def start_output(output_dir: str, config, benchmark) -> None:
     write_json_atomic(os.path.join(output_dir, MODEL_INFO), model_info(config, benchmark))
 
 
-def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False) -> dict:
+def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
+        _strategy=None) -> dict:
     """Train and evaluate one configuration; returns (and writes) the results dictionary.
 
     ``resume``: continue from the last checkpoint in ``output_dir`` (the config must match the
@@ -107,6 +142,7 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     from gcl_tf.checkpoint import check_resumable
     from gcl_tf.data import ContinualBenchmark
     from gcl_tf.data.streams import task_steps_per_epoch, train_dataset
+    from gcl_tf.distribute import distribute_batches
 
     output_dir = output_dir or config.output_dir
     verbose = config.train.verbose if verbose is None else verbose
@@ -120,7 +156,18 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
     for task in benchmark.tasks:  # every task has a batch, before anything is written
         task_steps_per_epoch(len(task.train), config.train.batch_size, task.index)
-    model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from)
+    if resume and config.train.distribute == "multi_worker":
+        raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
+    strategy = _strategy if _strategy is not None else make_strategy(config, model_class(config))
+    if _strategy is None and strategy is not None and not is_chief(strategy):
+        # A non-chief worker takes part in every step but writes into a scratch folder.
+        with tempfile.TemporaryDirectory(prefix="gcl_tf-worker-") as scratch:
+            return run(config, output_dir=scratch, overwrite=True, verbose=0, benchmark=benchmark,
+                       _strategy=strategy)
+    if strategy is not None:  # a distributed iterator reports its end as running out of data
+        warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from)
     resumed_step = checkpoints.saved_step  # None for a fresh run
     if resume_from is None:
         start_output(output_dir, config, benchmark)
@@ -129,7 +176,8 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     progress = checkpoints.progress
     first_task, skip = int(progress.task.numpy()), int(progress.batch.numpy())
     writer = tf.summary.create_file_writer(os.path.join(output_dir, "tensorboard"))
-    evaluator = TaskEndEvaluation(benchmark, config.eval.split, config.eval.batch_size, writer, verbose=verbose > 0)
+    evaluator = TaskEndEvaluation(benchmark, config.eval.split, config.eval.batch_size, writer, verbose=verbose > 0,
+                                  strategy=strategy)
     evaluator.matrix = progress.accuracy.numpy().copy()
     evaluator.eval_seconds = float(progress.eval_seconds.numpy())
     evaluator.eval_samples = int(progress.eval_samples.numpy())
@@ -170,6 +218,8 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
             fit_args = dict(x=remaining, epochs=1, steps_per_epoch=total - done)
         else:
             fit_args = dict(x=dataset, epochs=config.train.epochs, steps_per_epoch=steps)
+        if strategy is not None:  # replica r gets the r-th slice of every global batch
+            fit_args["x"] = distribute_batches(strategy, fit_args["x"], config.train.batch_size)
         model.on_task_start(i, task.classes)
         evaluator.task_index = i
         checkpoints.task = i

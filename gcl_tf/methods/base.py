@@ -38,6 +38,14 @@ def cross_entropy(labels, logits):
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=logits)
 
 
+def _for_keras_reduction(logs: dict) -> dict:
+    """Under MultiWorkerMirroredStrategy Keras averages step outputs across workers *along axis 0*,
+    which fails on scalars: give each log a leading axis of 1 there (the average is a scalar)."""
+    if isinstance(tf.distribute.get_strategy(), tf.distribute.MultiWorkerMirroredStrategy):
+        return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+    return logs
+
+
 class ContinualModel(keras.Model):
     """Base class; see the module docstring."""
 
@@ -83,6 +91,10 @@ class ContinualModel(keras.Model):
     def metrics(self):
         return [self.accuracy_tracker, self.eval_loss_tracker]
 
+    @classmethod
+    def check_replicas(cls, config, replicas: int) -> None:
+        """Raise a ConfigError if the method's own batch sizes do not split over ``replicas``."""
+
     def compile_for_training(self, train_config) -> None:
         """Compile with the configured optimizer and build its slots (so the step traces once)."""
         self.compile(
@@ -92,12 +104,28 @@ class ContinualModel(keras.Model):
         )
         self.optimizer.build(self.trainable_variables)
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Skip Keras's symbolic build: every variable of a method exists after construction and
+        ``compile_for_training``. Under a strategy Keras would average a first input batch over
+        the replicas to build with it, a collective that fails in eager mode under
+        MultiWorkerMirroredStrategy."""
+
+    def _static_batch(self, tensors, global_batch: int):
+        """Give the batch dimension its static size where a distributed input lost it (each
+        replica gets ``global_batch / R`` samples): fixed shapes keep the step from retracing."""
+        from gcl_tf.distribute import num_replicas
+
+        if tensors[0].shape[0] is not None:
+            return tensors
+        local = global_batch // num_replicas()
+        return [tf.ensure_shape(t, [local] + t.shape[1:].as_list()) for t in tensors]
+
     def train_step(self, data):
-        x, y = data[0], data[1]
+        x, y = self._static_batch(list(data[:2]), self.config.train.batch_size)
         logs = self.learn(x, tf.cast(y, tf.int32))
         self.step_counter.assign_add(1)
         self.record_nonfinite(logs)
-        return logs
+        return _for_keras_reduction(logs)
 
     def record_nonfinite(self, logs) -> None:
         """Flag this step in ``first_nonfinite_step`` (if none was flagged yet) when a logged loss
@@ -109,14 +137,14 @@ class ContinualModel(keras.Model):
         first.assign(tf.where(tf.logical_and(tf.equal(first, 0), tf.logical_not(finite)), self.step_counter, first))
 
     def test_step(self, data):
-        x, y, class_mask, weight = data
+        x, y, class_mask, weight = self._static_batch(list(data), self.config.eval.batch_size)
         log_probs = self.predict_log_probs(x, class_mask)  # [N, K]
         y = tf.cast(y, tf.int32)
         correct = tf.cast(tf.equal(tf.argmax(log_probs, axis=-1, output_type=tf.int32), y), tf.float32)
         nll = -tf.gather(log_probs, y, axis=1, batch_dims=1)
         self.accuracy_tracker.update_state(correct, sample_weight=weight)
         self.eval_loss_tracker.update_state(nll, sample_weight=weight)
-        return {"accuracy": self.accuracy_tracker.result(), "loss": self.eval_loss_tracker.result()}
+        return _for_keras_reduction({"accuracy": self.accuracy_tracker.result(), "loss": self.eval_loss_tracker.result()})
 
     def predict_step(self, data):
         x = data[0] if isinstance(data, (tuple, list)) else data

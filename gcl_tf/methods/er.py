@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from gcl_tf.backbones import build_classifier
 from gcl_tf.config import MethodConfig, _range
-from gcl_tf.distribute import all_gather, all_sum, num_replicas, replica_id
+from gcl_tf.distribute import all_sum, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 
@@ -33,12 +33,23 @@ class Method(ContinualModel):
         replay = config.method.replay_batch_size or config.train.batch_size
         self.replay_batch_size = min(replay, config.method.memory_size)
 
+    @classmethod
+    def check_replicas(cls, config, replicas):
+        replay = min(config.method.replay_batch_size or config.train.batch_size, config.method.memory_size)
+        if replay % replicas:
+            from gcl_tf.errors import ConfigError
+
+            raise ConfigError(f"method.replay_batch_size: {replay} does not split evenly over {replicas} replicas; "
+                              f"allowed: a multiple of {replicas}")
+
     def call(self, x, training=False):
         return self.network(x, training=training)
 
     def learn(self, x, y):
         batch = x.shape[0]
         replicas = num_replicas()
+        # Collectives must run in the same order on every replica: chain them by dependencies.
+        stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
         mem_x, mem_y, ok = self.memory.sample(self.replay_batch_size, self.step_counter)
         if replicas > 1:  # each replica replays its slice of the global replay batch
             share = self.replay_batch_size // replicas
@@ -47,10 +58,12 @@ class Method(ContinualModel):
         inputs = tf.concat([x, mem_x], axis=0)
         labels = tf.concat([y, mem_y], axis=0)
         weights = tf.concat([tf.ones([batch]), tf.cast(ok, tf.float32)], axis=0)
-        total_weight = all_sum(tf.reduce_sum(weights))  # of the global batch
+        with tf.control_dependencies([stream_x, stream_y]):
+            total_weight = all_sum(tf.reduce_sum(weights))  # of the global batch
         with tf.GradientTape() as tape:
             losses = cross_entropy(labels, self(inputs, training=True))
             replica_loss = tf.reduce_sum(weights * losses) / total_weight  # summed over replicas
         self.apply_gradients(tape, replica_loss)
-        self.memory.add(all_gather(x), all_gather(y))  # the global batch, on every replica
-        return {"loss": all_sum(replica_loss)}
+        self.memory.add(stream_x, stream_y)
+        # Keras averages the logs over replicas: report this replica's weighted mean loss.
+        return {"loss": tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)}

@@ -22,7 +22,7 @@ import tensorflow_probability as tfp
 
 from gcl_tf.backbones import build_backbone
 from gcl_tf.config import MethodConfig, _range
-from gcl_tf.distribute import all_gather, all_mean, num_replicas, replica_id
+from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
@@ -405,10 +405,14 @@ class Method(ContinualModel):
     def learn(self, x, y):
         memory = self.memory
         slots, valid = self.select_contexts()  # [k]
+        replicas = num_replicas()
+        # Under a strategy every replica must launch its collectives in the same order: the
+        # global batch is gathered first, the gradients are reduced, then the memory inputs.
+        stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
         # One path for every step, no tf.cond around the optimizer (under a tf.distribute
         # strategy it must not sit in control flow): the first batch has no valid context and a
         # zero loss, so it only fills the memory.
-        with tf.GradientTape() as tape:
+        with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
             out = self.training_forward(x, y, slots, valid)
         self.apply_gradients(tape, out["replica_loss"])
         logs = {name: out[name] for name in self._LOGGED}
@@ -416,12 +420,16 @@ class Method(ContinualModel):
         all_logits = tf.stop_gradient(out["all_logits"])
         context_ce, regularized = tf.stop_gradient(out["context_ce"]), out["regularized"]
         best = tf.gather(memory.best_loss, slots)
-        if num_replicas() > 1:  # every replica applies the same update, from the global batch
-            x, y = all_gather(x), all_gather(y)
-            context_ce = all_mean(context_ce)
-            regularized = tf.logical_and(valid, best < context_ce)
+        x, y = stream_x, stream_y
+        if replicas > 1:  # every replica applies the same update, from the global batch
             k = slots.shape[0]
-            embeddings = tf.concat([all_mean(embeddings[:k]), all_gather(embeddings[k:])], axis=0)
+            with tf.control_dependencies([self.optimizer.iterations.value]):  # after the update
+                shared = all_mean(tf.concat([context_ce[:, None], embeddings[:k]], axis=1))  # [k, 1 + H]
+            with tf.control_dependencies([shared]):
+                target_embeddings = all_gather(embeddings[k:])  # [R T, H]
+            context_ce = shared[:, 0]
+            regularized = tf.logical_and(valid, best < context_ce)
+            embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
             scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
             all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
         # Best context losses: min with this step's, for the contexts attended to.

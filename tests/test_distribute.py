@@ -1,0 +1,147 @@
+"""tf.distribute: MirroredStrategy on 2 logical CPU devices and MultiWorkerMirroredStrategy with
+2 local worker processes compute what a single-device run computes (same seed)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CONFIG = textwrap.dedent("""\
+    seed: 2
+    benchmark: {name: permuted, source: digits, dataset: digits, num_tasks: 2, samples_per_task: 300,
+                test_samples_per_task: 100}
+    method: {name: gcl}
+    model: {hidden_size: 32}
+    train: {optimizer: sgd, learning_rate: 0.1, verbose: 0}
+    eval: {batch_size: 50}
+    presets:
+      gcl: {method: {memory_size: 60, context_temperature: 0.3, target_temperature: 1.0, graph_lambda: 1.0}}
+      er: {method: {memory_size: 60}}
+""")
+
+# Runs each method on one device and mirrored over 2 logical CPUs, in a fresh process (logical
+# devices must be configured before TensorFlow starts), and prints the results.
+MIRRORED = textwrap.dedent("""\
+    import json, os, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from gcl_tf import config as config_lib
+    from gcl_tf.train import run
+    config_path, out = sys.argv[1], sys.argv[2]
+    report = {}
+    for method in ("finetune", "er", "gcl"):
+        for mode in ("none", "mirrored"):
+            config = config_lib.load_config(config_path, [f"method.name={method}", f"train.distribute={mode}",
+                                                          "train.devices=[/cpu:0, /cpu:1]"])
+            result = run(config, output_dir=os.path.join(out, method, mode), overwrite=True, verbose=0)
+            report[f"{method}/{mode}"] = result["accuracy_matrix"]
+            report[f"{method}/{mode}/steps"] = result["train_steps"]
+            # every variable at the end (weights, optimizer, memory), from the final checkpoint
+            folder = os.path.join(out, method, mode, "checkpoints")
+            reader = tf.train.load_checkpoint(folder)
+            state = {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(folder)
+                     if n.startswith(("model/", "optimizer/"))}
+            np.savez(os.path.join(out, method, mode, "state.npz"), **state)
+    print("REPORT " + json.dumps(report))
+""")
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dist") / "config.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
+    import numpy as np
+
+    script = tmp_path / "mirrored.py"
+    script.write_text(MIRRORED)
+    proc = subprocess.run([sys.executable, str(script), str(config_file), str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=900, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    for method in ("finetune", "er", "gcl"):
+        single, mirrored = np.array(report[f"{method}/none"]), np.array(report[f"{method}/mirrored"])
+        assert report[f"{method}/none/steps"] == report[f"{method}/mirrored/steps"] == 60
+        np.testing.assert_allclose(mirrored, single, atol=1e-6, err_msg=method)
+        if method != "gcl":  # they learned: the comparison is not vacuous (GCL is slower to start)
+            assert single[-1].mean() > 30, (method, single)
+        a = np.load(tmp_path / "runs" / method / "none" / "state.npz")
+        b = np.load(tmp_path / "runs" / method / "mirrored" / "state.npz")
+        assert sorted(a.files) == sorted(b.files) and len(a.files) > 5
+        memory = [n for n in a.files if "memory" in n]
+        assert (method == "finetune") or any("edge_logits" in n for n in memory) or method == "er"
+        for name in a.files:  # weights, optimizer slots, memory, counters
+            np.testing.assert_allclose(b[name], a[name], rtol=1e-4, atol=1e-5, err_msg=f"{method} {name}")
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.parametrize("method", ["gcl"])
+def test_multi_worker_with_two_local_workers_agrees_with_single_device(config_file, tmp_path, method):
+    import numpy as np
+
+    single = subprocess.run(
+        [sys.executable, "-m", "gcl_tf.train", "--config", str(config_file), "--set", f"method.name={method}",
+         "--output", str(tmp_path / "single")], capture_output=True, text=True, timeout=600, env=_env())
+    assert single.returncode == 0, single.stderr[-3000:]
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    workers = []
+    for index in (1, 0):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        workers.append(subprocess.Popen(
+            [sys.executable, "-m", "gcl_tf.train", "--config", str(config_file), "--set", f"method.name={method}",
+             "--set", "train.distribute=multi_worker", "--output", str(tmp_path / f"worker{index}")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    try:
+        outputs = [w.communicate(timeout=600) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    for w, (_, err) in zip(workers, outputs):
+        assert w.returncode == 0, err[-3000:]
+    chief = json.loads((tmp_path / "worker0" / "results.json").read_text())
+    reference = json.loads((tmp_path / "single" / "results.json").read_text())
+    assert not (tmp_path / "worker1").exists()  # only the chief writes outputs
+    assert chief["train_steps"] == reference["train_steps"] == 60
+    np.testing.assert_allclose(chief["accuracy_matrix"], reference["accuracy_matrix"], atol=1e-6)
+
+
+def test_distribution_errors_are_one_line(config_file, tmp_path):
+    for overrides, expected in [
+        (["method.name=gem", "train.distribute=mirrored"], "train.distribute: method gem does not run"),
+        (["train.distribute=mirrored", "train.devices=[/cpu:0, /cpu:1]", "train.batch_size=5"], None),
+    ]:
+        args = [sys.executable, "-m", "gcl_tf.train", "--config", str(config_file), "--output", str(tmp_path / "o")]
+        for o in overrides:
+            args += ["--set", o]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=_env())
+        if expected is None:  # 5 does not split over 2 replicas (one CPU device here: 1 replica is fine)
+            continue
+        lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+        assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
+        assert not (tmp_path / "o").exists()
