@@ -1,0 +1,389 @@
+"""Speed of the compiled steps: ``python -m gcl_tf.benchmark throughput [--output DIR]``.
+
+Everything is measured in one process, after warm-up, as medians of repeated timings; speeds are
+reported as ratios to a dense float32 matmul timed in the same process (these machines are
+shared, absolute times drift). Sections:
+
+- GCL training step: MLP trunk at memory 1000 (28x28x1), ConvNet at memory 250 (32x32x3);
+  median ms per step, stream images per second, the analytic FLOPs of the step, achieved GFLOP/s
+  and its fraction of the matmul rate;
+- GCL evaluation with 30 graph samples against 1 sample (ms per image and their ratio);
+- ER and Finetune steps through ``model.fit`` with ``steps_per_execution`` 1 and 20 (Keras's
+  per-step Python overhead);
+- the input pipeline: the fraction of a fit's time spent waiting for the tf.data stream;
+- growth with memory size (100 .. 5000; full memory, ``edge_memory: embeddings``, and
+  ``context_batch``): a table and a plot, with the number of traces of the step (1: no retracing).
+
+``--quick`` shrinks the repeats and the sweep (used by the tests).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+
+from gcl_tf.errors import exit_on_user_error
+from gcl_tf.io import write_atomic, write_json_atomic
+
+MATMUL_SIZE = 1024
+
+
+# ----------------------------------------------------------------------------- timing
+def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
+    """Median wall time of ``fn()`` (which must block until its work is done)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def matmul_rate(repeats: int, size: int = MATMUL_SIZE) -> float:
+    """GFLOP/s of a dense float32 ``size^3`` matmul (tf.function), in this process."""
+    import tensorflow as tf
+
+    a = tf.random.stateless_normal([size, size], seed=[1, 2])
+    b = tf.random.stateless_normal([size, size], seed=[3, 4])
+    fn = tf.function(lambda: tf.matmul(a, b))
+    seconds = median_seconds(lambda: fn().numpy(), repeats)
+    return 2.0 * size ** 3 / seconds / 1e9
+
+
+# ----------------------------------------------------------------------------- FLOPs
+def layer_flops(model, batch: int) -> tuple[float, float]:
+    """Forward FLOPs of a Keras model's Dense and Conv2D layers for ``batch`` inputs, and those of
+    its first such layer (whose input gradient a training step does not need)."""
+    import keras
+
+    total, first = 0.0, None
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Dense):
+            flops = 2.0 * layer.kernel.shape[0] * layer.kernel.shape[1]
+        elif isinstance(layer, keras.layers.Conv2D):
+            kh, kw, cin, cout = layer.kernel.shape
+            out_h, out_w = layer.output.shape[1:3]
+            flops = 2.0 * kh * kw * cin * cout * out_h * out_w
+        else:
+            continue
+        flops *= batch
+        total += flops
+        if first is None:
+            first = flops
+    return total, (first or 0.0)
+
+
+def training_flops(forward: float, first_layer: float) -> float:
+    """Forward + backward: the backward pass computes weight and input gradients (twice the
+    forward's multiply-adds), except the input gradient of the first layer."""
+    return 3.0 * forward - first_layer
+
+
+def gcl_step_flops(model, batch: int) -> float:
+    """Analytic FLOPs of one GCL training step (the GEMMs and convolutions)."""
+    k, T, H, K = model.num_contexts, batch, model.hidden_size, model.num_classes
+    rows = k + T
+    trunk, first = layer_flops(model.trunk, rows)
+    feature = model.trunk.output_shape[-1]
+    heads = 2 * 2.0 * rows * feature * H
+    kernel = 2.0 * rows * rows * H  # the edge logits between all images
+    aggregate = 2.0 * rows * k * (H + K)  # graph @ [latents, one-hot labels]
+    label_code = 2.0 * rows * K * H
+    output = 2.0 * rows * 2 * H * K
+    forward = trunk + heads + kernel + aggregate + label_code + output
+    return training_flops(forward, first)
+
+
+def gcl_eval_flops(model, images: int, samples: int) -> float:
+    M, H, K = model.capacity, model.hidden_size, model.num_classes
+    trunk, _ = layer_flops(model.trunk, M + images)
+    feature = model.trunk.output_shape[-1]
+    heads = 2 * 2.0 * (M + images) * feature * H
+    kernel = 2.0 * images * M * H
+    per_sample = 2.0 * images * M * (H + K) + 2.0 * images * K * H + 2.0 * images * 2 * H * K
+    return trunk + heads + kernel + samples * per_sample
+
+
+def classifier_step_flops(model, rows: int) -> float:
+    forward, first = layer_flops(model.network, rows)
+    return training_flops(forward, first)
+
+
+# ----------------------------------------------------------------------------- models
+def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
+               steps_per_execution: int = 1, **method_keys):
+    from gcl_tf import config as config_lib
+    from gcl_tf import methods
+
+    method_section = {"name": method, **method_keys}
+    if memory is not None:
+        method_section["memory_size"] = memory
+    config = config_lib.resolve({
+        "seed": 0,
+        "benchmark": {"source": "digits"},
+        "method": method_section,
+        "model": {"backbone": backbone, "hidden_size": hidden},
+        "train": {"optimizer": "adam" if method == "gcl" else "sgd",
+                  "learning_rate": 0.001 if method == "gcl" else 0.1,
+                  "steps_per_execution": steps_per_execution},
+    })
+    model = methods.method_class(method)(config, input_shape, 10)
+    model.compile_for_training(config.train)
+    return model
+
+
+def random_batches(input_shape, count: int, batch: int = 10, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.random((count * batch,) + tuple(input_shape), dtype=np.float32)
+    y = rng.integers(0, 10, count * batch).astype(np.int32)
+    return x, y
+
+
+def counting_step(model):
+    """A tf.function over the model's train_step, with a Python-side trace counter."""
+    import tensorflow as tf
+
+    traces = []
+
+    def step(x, y):
+        traces.append(1)
+        return model.train_step((x, y))
+
+    return tf.function(step), traces
+
+
+def time_train_step(model, input_shape, repeats: int):
+    """Median seconds per training step once the memory is full, and the number of traces."""
+    import tensorflow as tf
+
+    step, traces = counting_step(model)
+    fill = -(-model.memory.capacity // 10) + 2
+    x, y = random_batches(input_shape, fill + 4)
+    for i in range(fill):  # fill the memory: the steady state
+        step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))
+    bx, by = tf.constant(x[-10:]), tf.constant(y[-10:])
+
+    def one():
+        logs = step(bx, by)
+        float(logs["loss"])
+
+    seconds = median_seconds(one, repeats)
+    return seconds, len(traces)
+
+
+# ----------------------------------------------------------------------------- sections
+def gcl_step_section(rate, repeats, quick):
+    rows = []
+    for name, shape, memory, backbone in [
+        ("GCL step, MLP, memory 1000", (28, 28, 1), 1000, "mlp"),
+        ("GCL step, ConvNet, memory 250", (32, 32, 3), 250, "convnet"),
+    ]:
+        model = make_model("gcl", shape, memory=memory, backbone=backbone)
+        seconds, traces = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)))
+        flops = gcl_step_flops(model, 10)
+        rows.append({
+            "what": name, "ms": 1e3 * seconds, "images_per_s": 10 / seconds, "gflop": flops / 1e9,
+            "gflops": flops / seconds / 1e9, "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces,
+        })
+    return rows
+
+
+def gcl_eval_section(rate, repeats, quick):
+    import tensorflow as tf
+
+    shape = (28, 28, 1)
+    model = make_model("gcl", shape, memory=1000)
+    step, _ = counting_step(model)
+    x, y = random_batches(shape, 102)
+    for i in range(102):
+        step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))
+    images = tf.constant(random_batches(shape, 50)[0])  # 500 test images
+    mask = tf.ones([10], tf.bool)
+    predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))
+    rows = {}
+    for samples in (1, 30):
+        seconds = median_seconds(lambda: predict(images, samples).numpy(), max(3, repeats // 2))
+        flops = gcl_eval_flops(model, 500, samples)
+        rows[samples] = {"what": f"GCL evaluation, {samples} graph sample{'s' if samples > 1 else ''}",
+                         "ms_per_image": 1e3 * seconds / 500, "gflops": flops / seconds / 1e9,
+                         "fraction_of_matmul": flops / seconds / 1e9 / rate}
+    ratio = rows[30]["ms_per_image"] / rows[1]["ms_per_image"]
+    return [rows[1], rows[30]], ratio
+
+
+def keras_overhead_section(repeats, quick):
+    """ER and Finetune through model.fit: ms per step with steps_per_execution 1 and 20."""
+    import tensorflow as tf
+
+    shape = (28, 28, 1)
+    steps = 100 if quick else 400
+    x, y = random_batches(shape, steps)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(10, drop_remainder=True).cache().prefetch(8)
+    rows = []
+    for method in ("er", "finetune"):
+        for per_call in (1, 20):
+            extra = {"memory": 1000} if method == "er" else {}
+            model = make_model(method, shape, hidden=400, steps_per_execution=per_call, **extra)
+            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)  # trace, warm up
+            seconds = median_seconds(lambda: model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0),
+                                     max(2, repeats // 5), warmup=0)
+            rows.append({"what": f"{method}, steps_per_execution {per_call}", "ms_per_step": 1e3 * seconds / steps})
+    return rows
+
+
+def input_pipeline_section(repeats, quick):
+    """Fraction of a fit's time spent waiting for input: the real task stream against the same
+    number of steps on one batch already in memory."""
+    import tensorflow as tf
+
+    from gcl_tf.data.sources import SplitData
+    from gcl_tf.data.streams import train_dataset
+
+    shape = (28, 28, 1)
+    rows = []
+    for method, extra in (("gcl", {"memory": 250}), ("er", {"memory": 1000})):
+        rng = np.random.default_rng(0)
+        data = SplitData(rng.integers(0, 256, (1000,) + shape, dtype=np.uint8), rng.integers(0, 10, 1000))
+        stream, steps = train_dataset(data, 10, 1, 0, 0)
+        x, y = random_batches(shape, 1)
+        constant = tf.data.Dataset.from_tensors((tf.constant(x), tf.constant(y))).repeat()
+        model = make_model(method, shape, **extra)
+        model.fit(constant, epochs=1, steps_per_epoch=steps, verbose=0)
+        fed = median_seconds(lambda: model.fit(stream, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False),
+                             max(2, repeats // 5), warmup=1)
+        resident = median_seconds(lambda: model.fit(constant, epochs=1, steps_per_epoch=steps, verbose=0),
+                                  max(2, repeats // 5), warmup=1)
+        rows.append({"what": f"{method} ({steps} steps)", "ms_per_step": 1e3 * fed / steps,
+                     "input_wait_fraction": max(0.0, (fed - resident) / fed)})
+    return rows
+
+
+def memory_sweep_section(rate, repeats, quick, sizes):
+    rows = []
+    variants = [("matrix", {}), ("embeddings", {"edge_memory": "embeddings"}),
+                ("context_batch 250", {"edge_memory": "embeddings", "context_batch": 250})]
+    shape = (28, 28, 1)
+    for memory in sizes:
+        for name, keys in variants:
+            if "context_batch" in keys and keys["context_batch"] > memory:
+                continue
+            model = make_model("gcl", shape, memory=memory, **keys)
+            seconds, traces = time_train_step(model, shape, max(3, repeats // (1 + memory // 1000)))
+            flops = gcl_step_flops(model, 10)
+            rows.append({"memory": memory, "variant": name, "ms": 1e3 * seconds, "gflops": flops / seconds / 1e9,
+                         "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces})
+            print(f"  memory {memory:5d} {name:18s} {1e3 * seconds:8.1f} ms/step  traces {traces}", flush=True)
+    return rows
+
+
+# ----------------------------------------------------------------------------- report
+def markdown(report) -> str:
+    lines = [f"# Throughput", "", f"Command: `{report['command']}`", "",
+             f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process: **{report['matmul_gflops']:.0f} GFLOP/s**", ""]
+    lines += ["| step | ms/step | images/s | GFLOP/step | GFLOP/s | of matmul | traces |", "|---|---|---|---|---|---|---|"]
+    for r in report["gcl_steps"]:
+        lines.append(f"| {r['what']} | {r['ms']:.1f} | {r['images_per_s']:.0f} | {r['gflop']:.2f} | {r['gflops']:.0f} "
+                     f"| {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |")
+    lines += ["", "| evaluation | ms/image | GFLOP/s | of matmul |", "|---|---|---|---|"]
+    for r in report["gcl_eval"]:
+        lines.append(f"| {r['what']} | {r['ms_per_image']:.3f} | {r['gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% |")
+    lines.append(f"\n30 graph samples cost **{report['eval_ratio']:.2f}x** one sample.\n")
+    lines += ["| Keras fit | ms/step |", "|---|---|"]
+    lines += [f"| {r['what']} | {r['ms_per_step']:.2f} |" for r in report["keras_overhead"]]
+    lines += ["", "| input pipeline | ms/step | waiting for input |", "|---|---|---|"]
+    lines += [f"| {r['what']} | {r['ms_per_step']:.2f} | {100 * r['input_wait_fraction']:.1f}% |"
+              for r in report["input_pipeline"]]
+    lines += ["", "| memory | variant | ms/step | GFLOP/s | of matmul | traces |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['memory']} | {r['variant']} | {r['ms']:.1f} | {r['gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% "
+              f"| {r['traces']} |" for r in report["memory_sweep"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        points = [(r["memory"], r["ms"]) for r in rows if r["variant"] == variant]
+        ax.plot(*zip(*points), marker="o", label=variant)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("memory size M")
+    ax.set_ylabel("ms per GCL training step")
+    ax.set_title("GCL step time vs memory size (MLP, batch 10)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m gcl_tf.benchmark throughput", description=__doc__.splitlines()[0])
+    parser.add_argument("--output", help="folder for throughput.md, throughput.json and memory_sweep.png")
+    parser.add_argument("--repeats", type=int, default=20, help="timed repeats per measurement (median)")
+    parser.add_argument("--memory-sizes", default="100,250,500,1000,2000,5000", help="the sweep's memory sizes")
+    parser.add_argument("--quick", action="store_true", help="few repeats and a small sweep (a smoke test)")
+    return parser
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    from gcl_tf.errors import UserError
+    from gcl_tf.quiet import import_tensorflow
+
+    args = build_parser().parse_args(argv)
+    try:
+        sizes = [int(s) for s in args.memory_sizes.split(",") if s]
+    except ValueError:
+        raise UserError(f"--memory-sizes: {args.memory_sizes!r} is not a comma-separated list of integers") from None
+    if args.repeats < 1 or not sizes or min(sizes) < 1:
+        raise UserError("--repeats and --memory-sizes: positive integers")
+    import_tensorflow()
+    repeats = 3 if args.quick else args.repeats
+    if args.quick:
+        sizes = sizes[:2]
+    command = "python -m gcl_tf.benchmark throughput " + " ".join(argv if argv is not None else sys.argv[1:])
+    print("matmul ...", flush=True)
+    rate = matmul_rate(max(10, repeats))
+    print(f"  {rate:.0f} GFLOP/s", flush=True)
+    print("GCL training steps ...", flush=True)
+    steps = gcl_step_section(rate, repeats, args.quick)
+    for r in steps:
+        print(f"  {r['what']}: {r['ms']:.1f} ms, {r['gflops']:.0f} GFLOP/s = {100 * r['fraction_of_matmul']:.0f}% of matmul",
+              flush=True)
+    print("GCL evaluation ...", flush=True)
+    evaluation, ratio = gcl_eval_section(rate, repeats, args.quick)
+    print(f"  30 samples / 1 sample: {ratio:.2f}x", flush=True)
+    print("Keras overhead ...", flush=True)
+    overhead = keras_overhead_section(repeats, args.quick)
+    print("input pipeline ...", flush=True)
+    pipeline = input_pipeline_section(repeats, args.quick)
+    print("memory sweep ...", flush=True)
+    sweep = memory_sweep_section(rate, repeats, args.quick, sizes)
+    report = {"command": command, "matmul_gflops": rate, "gcl_steps": steps, "gcl_eval": evaluation,
+              "eval_ratio": ratio, "keras_overhead": overhead, "input_pipeline": pipeline, "memory_sweep": sweep}
+    text = markdown(report)
+    print(text)
+    if args.output:
+        os.makedirs(args.output, exist_ok=True)
+        write_atomic(os.path.join(args.output, "throughput.md"), text)
+        write_json_atomic(os.path.join(args.output, "throughput.json"), report)
+        plot_sweep(sweep, os.path.join(args.output, "memory_sweep.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
