@@ -334,22 +334,52 @@ def test_state_lives_in_checkpointed_variables(tmp_path):
         assert any(part in n for n in names), part
 
 
-def test_aggregate_equals_graph_times_paper_values():
-    """Z = graph @ [l, LabelEncoder(one_hot(y))], computed through the narrower one-hot GEMM."""
+def test_aggregate_equals_normalised_graph_times_paper_values():
+    """Z = normalise(graph) @ [l, LabelEncoder(one_hot(y))], computed from the raw graph through
+    the narrower one-hot GEMM, with empty contexts, empty rows and (training) self-edges."""
     model = make_model()
     rng = np.random.default_rng(0)
     M, H = model.capacity, model.hidden_size
     model.label_encoder.bias.assign(rng.normal(size=H).astype(np.float32))  # a non-zero bias
     latents = tf.constant(rng.normal(size=(M, H)), tf.float32)
     labels = tf.constant(rng.integers(0, 10, M), tf.int32)
-    graph = rng.random((2, 7, M)).astype(np.float32)
-    graph[0, 3] = 0.0  # an empty row
-    graph = gcl.normalize_rows(tf.constant(graph), tf.ones([M], tf.bool))
+    valid = np.arange(M) < 25  # 5 empty slots
     paper_values = tf.concat([latents, model.label_encoder(tf.one_hot(labels, 10))], axis=-1)  # [M, 2H]
-    expected = tf.reshape(tf.matmul(graph, paper_values), [-1, 2 * H]).numpy()
-    got = model.aggregate(graph, model.context_values(latents, labels)).numpy()
+    values = model.context_values(latents, labels, tf.constant(valid))
+    # test time: [S, N, M] graphs, no self-edges
+    graph = rng.random((2, 7, M)).astype(np.float32)
+    graph[0, 3, :25] = 0.0  # a row with no valid edge
+    mask = np.broadcast_to(valid, graph.shape)
+    expected = tf.reshape(tf.matmul(gcl.normalize_rows(tf.constant(graph), mask), paper_values), [-1, 2 * H]).numpy()
+    got = model.aggregate(tf.constant(graph), values).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.all(got[3] == 0)
+    # training: [M + T, M] graph whose first M rows are the contexts, self-edges removed
+    graph = rng.random((M + 10, M)).astype(np.float32)
+    mask = valid[None, :] & ~np.eye(M + 10, M, dtype=bool)
+    expected = tf.matmul(gcl.normalize_rows(tf.constant(graph), mask), paper_values).numpy()
+    got = model.aggregate(tf.constant(graph), values, drop_self=True).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_logit_of_exp_gradient_matches_finite_differences():
+    x = tf.constant(np.linspace(-20.0, -0.1, 50), tf.float64)
+
+    def f(v):
+        return gcl.logit_of_exp(v)
+
+    theoretical, numerical = tf.test.compute_gradient(f, [x])
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-4, atol=1e-6)
+    near = tf.constant([-1e-4, -0.01], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(near)
+        y = gcl.logit_of_exp(near)
+    np.testing.assert_allclose(tape.gradient(y, near).numpy(), 1.0 / (1.0 - np.exp([-1e-4, -0.01])), rtol=1e-9)
+    with tf.GradientTape() as tape:
+        clipped = tf.constant([0.0, 1e-9, 0.5], tf.float64)
+        tape.watch(clipped)
+        y = gcl.logit_of_exp(clipped)
+    assert np.all(tape.gradient(y, clipped).numpy() == 0)  # clipped: no gradient
 
 
 def test_fixed_shape_step_equals_the_dynamic_shape_formulation():

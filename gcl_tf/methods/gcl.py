@@ -85,15 +85,40 @@ def squared_distances(a, b):
     return tf.maximum(a2 + b2 - 2.0 * tf.matmul(a, b, transpose_b=True), 0.0)
 
 
+def kernel_factors(u, log_scale):
+    """Rows ``(A, B)`` with ``A_i . B_j = log k(i, j)`` for the RBF kernel on embeddings u [N, H].
+
+    log k = -(|u_i|^2 + |u_j|^2 - 2 u_i.u_j) / (2t), t = exp(s), so A = [u, -|u|^2/(2t), 1] and
+    B = [u/t, 1, -|u|^2/(2t)]: the whole kernel is one GEMM, with no elementwise pass over the
+    [N, P] result (the clip of logit_of_exp keeps log k <= 0 against round-off).
+    """
+    inverse = tf.exp(-log_scale)
+    half_norm = 0.5 * inverse * tf.reduce_sum(tf.square(u), axis=1, keepdims=True)  # [N, 1]
+    ones = tf.ones_like(half_norm)
+    return tf.concat([u, -half_norm, ones], axis=1), tf.concat([u * inverse, ones, -half_norm], axis=1)
+
+
 def rbf_log_kernel(a, b, log_scale):
-    """log k(i, j) = -0.5 ||a_i - b_j||^2 / exp(log_scale)   [N, P]."""
-    return -0.5 * squared_distances(a, b) * tf.exp(-log_scale)
+    """log k(i, j) = -0.5 ||a_i - b_j||^2 / exp(log_scale)   [N, P] (may exceed 0 by round-off)."""
+    rows, _ = kernel_factors(a, log_scale)
+    _, cols = kernel_factors(b, log_scale)
+    return tf.matmul(rows, cols, transpose_b=True)
 
 
+@tf.custom_gradient
 def logit_of_exp(log_k):
-    """logit(k) = log k - log(1 - k) from log k, stably: x - log(-expm1(x)), x clipped below 0."""
+    """logit(k) = log k - log(1 - k) from log k, stably: x - log(-expm1(x)), x clipped below 0.
+
+    The gradient, 1 / (1 - k) = -1 / expm1(x), reuses the forward's expm1 (0 where clipped).
+    """
     x = tf.minimum(log_k, LOG_KERNEL_MAX)
-    return x - tf.math.log(-tf.math.expm1(x))
+    e = tf.math.expm1(x)  # in [-1, 0)
+    logits = x - tf.math.log(-e)
+
+    def grad(dy):
+        return tf.where(log_k < LOG_KERNEL_MAX, -dy / e, tf.zeros_like(dy))
+
+    return logits, grad
 
 
 def edge_logits(u_rows, u_cols, log_scale):
@@ -254,30 +279,44 @@ class Method(ContinualModel):
         features = self.trunk(images, training=training)
         return self.edge_head(features), self.latent_head(features)
 
-    def context_values(self, latents, labels):
-        """What the graphs aggregate: ``[l_context, one_hot(y_context)]``   [M, H + K].
+    def context_values(self, latents, labels, valid):
+        """What the graphs aggregate: ``[l, one_hot(y), 1]`` of each context, 0 for invalid
+        contexts   [k, H + K + 1].
 
-        V of the paper is ``[l_context, LabelEncoder(one_hot(y_context))]`` [M, 2H]; since the
-        label encoder is linear, ``graph @ V`` is computed in :meth:`aggregate` from the narrower
-        ``graph @ [l, one_hot]`` (exactly the same Z, a GEMM of width H + K instead of 2H).
+        V of the paper is ``[l_context, LabelEncoder(one_hot(y_context))]`` [k, 2H]; since the
+        label encoder is linear, :meth:`aggregate` computes ``normalised_graph @ V`` from the
+        narrower ``graph @ [l, one_hot]``, and the last column gives the rows' sums (over valid
+        contexts) that normalise them: one GEMM of width H + K + 1 does all of it.
         """
-        return tf.concat([latents, tf.one_hot(labels, self.num_classes)], axis=-1)
+        values = tf.concat([latents, tf.one_hot(labels, self.num_classes), tf.ones_like(latents[:, :1])], axis=-1)
+        return values * tf.cast(valid, values.dtype)[:, None]
 
-    def aggregate(self, graph, values):
-        """Z = graph @ V   [rows, 2H] with the graph's leading dims folded into one GEMM.
+    def aggregate(self, graph, values, drop_self: bool = False):
+        """Z = normalised graph @ V   [rows, 2H], from the raw (unnormalised) graph.
 
+        ``graph`` [..., k] (leading dims folded into one GEMM); invalid contexts are zero rows of
+        ``values`` (:meth:`context_values`), so they neither count nor normalise. ``drop_self``:
+        the first k rows are the contexts themselves and their self-edges are removed (the graph
+        is [k + T, k]). Rows are normalised after the GEMM (the same Z, a narrower pass), and
         ``graph @ (Y W + 1 b) = (graph @ Y) W + rowsum(graph) b`` for the label encoder (W, b).
         """
-        flat = tf.reshape(graph, [-1, tf.shape(graph)[-1]])  # [rows, M]
-        pooled = tf.matmul(flat, values)  # [rows, H + K]
-        latent, label_histogram = pooled[:, : self.hidden_size], pooled[:, self.hidden_size:]
-        row_sum = tf.reduce_sum(flat, axis=-1, keepdims=True)  # 1, or 0 for an empty row
-        label_code = tf.matmul(label_histogram, self.label_encoder.kernel) + row_sum * self.label_encoder.bias
+        k = tf.shape(graph)[-1]
+        flat = tf.reshape(graph, [-1, k])  # [rows, k]
+        pooled = tf.matmul(flat, values)  # [rows, H + K + 1]
+        if drop_self:
+            own = tf.linalg.diag_part(flat[:k])[:, None] * values  # [k, H + K + 1]: g_ii v_i
+            pooled = pooled - tf.pad(own, [[0, tf.shape(flat)[0] - k], [0, 0]])
+        H, K = self.hidden_size, self.num_classes
+        row_sum = pooled[:, H + K:]  # [rows, 1]
+        safe = tf.maximum(row_sum, ROW_EPS)
+        latent, label_histogram = pooled[:, :H] / safe, pooled[:, H:H + K] / safe
+        has_edges = tf.cast(row_sum > 0, latent.dtype)  # an empty row aggregates nothing
+        label_code = tf.matmul(label_histogram, self.label_encoder.kernel) + has_edges * self.label_encoder.bias
         return tf.concat([latent, label_code], axis=-1)
 
-    def classify(self, graph, values):
-        """f_theta3(ReLU(graph @ V)) -> logits [..., K]."""
-        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values)))
+    def classify(self, graph, values, drop_self: bool = False):
+        """f_theta3(ReLU(Z)) -> logits [..., K]."""
+        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values, drop_self)))
         return tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
 
     def call(self, x, training=False):
@@ -314,8 +353,9 @@ class Method(ContinualModel):
         """All M memory images (unfilled slots repeat filled ones)."""
         return self.context_images(tf.range(self.capacity, dtype=tf.int32), self.memory.filled())
 
-    def training_graph(self, logits_e, valid, seed):
-        """The sampled, masked, row-normalised training graph [k + T, k] (rows: G, then A).
+    def sample_training_graph(self, logits_e, seed):
+        """One relaxed-Bernoulli sample of the raw training graph [k + T, k] (rows: G, then A),
+        with the context and target temperatures; not masked, not normalised.
 
         On R replicas the noise is drawn for the global batch (k + R T rows) and each replica
         takes the rows of its own targets: the graphs of a single-device run, sliced.
@@ -323,21 +363,25 @@ class Method(ContinualModel):
         cfg = self.method_config
         k = logits_e.shape[1]
         T = logits_e.shape[0] - k
-        temperature = tf.concat(
-            [tf.fill([k, 1], cfg.context_temperature), tf.fill([T, 1], cfg.target_temperature)], axis=0
-        )  # [k + T, 1]
-        no_self = tf.logical_not(tf.eye(k + T, k, dtype=tf.bool))  # self-edges of contexts removed
-        edge_mask = tf.logical_and(valid[None, :], no_self)  # [k + T, k]
         if not cfg.stochastic_graphs:
-            graph = tf.sigmoid(logits_e)
-        else:
-            replicas = num_replicas()
-            noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
-            if replicas > 1:
-                rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
-                noise = tf.gather(noise, rows)
-            graph = relaxed_bernoulli(logits_e, temperature, noise)
-        return normalize_rows(graph, edge_mask)
+            return tf.sigmoid(logits_e)
+        inverse_temperature = tf.concat(
+            [tf.fill([k, 1], 1.0 / cfg.context_temperature), tf.fill([T, 1], 1.0 / cfg.target_temperature)], axis=0
+        )  # [k + T, 1]
+        replicas = num_replicas()
+        noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
+        if replicas > 1:
+            rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
+            noise = tf.gather(noise, rows)
+        return tf.sigmoid((logits_e + noise) * inverse_temperature)
+
+    def training_graph(self, logits_e, valid, seed):
+        """The sampled training graph as the paper writes it: self-edges of contexts and invalid
+        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the raw sample
+        and normalises after the GEMM: :meth:`aggregate` with ``drop_self``; the same Z.)"""
+        k = logits_e.shape[1]
+        no_self = tf.logical_not(tf.eye(logits_e.shape[0], k, dtype=tf.bool))
+        return normalize_rows(self.sample_training_graph(logits_e, seed), tf.logical_and(valid[None, :], no_self))
 
     def stored_edge_logits(self, slots):
         """The stored context-graph logits between the context slots [k, k] (no gradient)."""
@@ -365,11 +409,11 @@ class Method(ContinualModel):
         images = tf.concat([self.context_images(slots, valid, fallback=x), x], axis=0)  # [k + T, ...]
         seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
         u, latents = self.embed(images, training=True)  # [k + T, H] each
-        all_logits = edge_logits(u, u, self.kernel_log_scale)  # [k + T, k + T]
-        logits_e = all_logits[:, :k]  # E [k + T, k]: rows G (contexts) then A (targets)
-        graph = self.training_graph(logits_e, valid, seed)
-        values = self.context_values(latents[:k], context_labels)  # [k, H + K]
-        out = self.classify(graph, values)  # [k + T, K]
+        rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
+        logits_e = logit_of_exp(tf.matmul(rows, cols[:k], transpose_b=True))  # E [k + T, k]: G then A
+        graph = self.sample_training_graph(logits_e, seed)  # raw sample [k + T, k]
+        values = self.context_values(latents[:k], context_labels, valid)  # [k, H + K + 1]
+        out = self.classify(graph, values, drop_self=True)  # [k + T, K]
         context_ce = cross_entropy(context_labels, out[:k])  # [k]
         target_ce = cross_entropy(y, out[k:])  # [T]
         valid_f = tf.cast(valid, tf.float32)
@@ -395,7 +439,8 @@ class Method(ContinualModel):
             "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid,
             "embeddings": u,
             "kernel_log_scale": tf.identity(self.kernel_log_scale),  # as read before the update
-            "all_logits": all_logits,
+            # logits between all images [k + T, k + T] for the edge memory (no gradient)
+            "all_logits": tf.concat([logits_e, logit_of_exp(tf.matmul(rows, cols[k:], transpose_b=True))], axis=1),
             "context_ce": context_ce,
             "regularized": regularized,
         }
@@ -471,7 +516,7 @@ class Method(ContinualModel):
             seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         u_t, _ = self.embed(x, training=False)  # [N, H]
-        values = self.context_values(l_c, self.memory.labels)  # [M, H + K]
+        values = self.context_values(l_c, self.memory.labels, self.memory.filled())  # [M, H + K + 1]
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         replicas = num_replicas()
         if not cfg.stochastic_graphs:
@@ -483,8 +528,7 @@ class Method(ContinualModel):
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
             graphs = relaxed_bernoulli(logits_e, cfg.test_temperature, noise)
-        graphs = normalize_rows(graphs, self.memory.filled()[None, None, :])  # [S, N, M]
-        logits = self.classify(graphs, values)  # [S, N, K]
+        logits = self.classify(graphs, values)  # [S, N, K]; empty slots are zero rows of values
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         return average_log_probs(log_probs)
 
@@ -509,8 +553,8 @@ class Method(ContinualModel):
         row-normalised) from ``x`` to the memory   [N, 2H]."""
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         u_t, _ = self.embed(x, training=False)  # [N, H]
-        graph = normalize_rows(tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale)), self.memory.filled()[None, :])
-        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels)))
+        graph = tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale))  # [N, M]
+        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels, self.memory.filled())))
 
     def output_layer(self):
         return self.output_head
