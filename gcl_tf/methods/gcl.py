@@ -291,21 +291,16 @@ class Method(ContinualModel):
         values = tf.concat([latents, tf.one_hot(labels, self.num_classes), tf.ones_like(latents[:, :1])], axis=-1)
         return values * tf.cast(valid, values.dtype)[:, None]
 
-    def aggregate(self, graph, values, drop_self: bool = False):
+    def aggregate(self, graph, values):
         """Z = normalised graph @ V   [rows, 2H], from the raw (unnormalised) graph.
 
         ``graph`` [..., k] (leading dims folded into one GEMM); invalid contexts are zero rows of
-        ``values`` (:meth:`context_values`), so they neither count nor normalise. ``drop_self``:
-        the first k rows are the contexts themselves and their self-edges are removed (the graph
-        is [k + T, k]). Rows are normalised after the GEMM (the same Z, a narrower pass), and
+        ``values`` (:meth:`context_values`), so they neither count nor normalise. Rows are
+        normalised after the GEMM (the same Z, a narrower pass), and
         ``graph @ (Y W + 1 b) = (graph @ Y) W + rowsum(graph) b`` for the label encoder (W, b).
         """
-        k = tf.shape(graph)[-1]
-        flat = tf.reshape(graph, [-1, k])  # [rows, k]
+        flat = tf.reshape(graph, [-1, tf.shape(graph)[-1]])  # [rows, k]
         pooled = tf.matmul(flat, values)  # [rows, H + K + 1]
-        if drop_self:
-            own = tf.linalg.diag_part(flat[:k])[:, None] * values  # [k, H + K + 1]: g_ii v_i
-            pooled = pooled - tf.pad(own, [[0, tf.shape(flat)[0] - k], [0, 0]])
         H, K = self.hidden_size, self.num_classes
         row_sum = pooled[:, H + K:]  # [rows, 1]
         safe = tf.maximum(row_sum, ROW_EPS)
@@ -314,9 +309,9 @@ class Method(ContinualModel):
         label_code = tf.matmul(label_histogram, self.label_encoder.kernel) + has_edges * self.label_encoder.bias
         return tf.concat([latent, label_code], axis=-1)
 
-    def classify(self, graph, values, drop_self: bool = False):
+    def classify(self, graph, values):
         """f_theta3(ReLU(Z)) -> logits [..., K]."""
-        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values, drop_self)))
+        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values)))
         return tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
 
     def call(self, x, training=False):
@@ -377,8 +372,8 @@ class Method(ContinualModel):
 
     def training_graph(self, logits_e, valid, seed):
         """The sampled training graph as the paper writes it: self-edges of contexts and invalid
-        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the raw sample
-        and normalises after the GEMM: :meth:`aggregate` with ``drop_self``; the same Z.)"""
+        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the sample
+        and normalises after the GEMM, :meth:`aggregate`: the same Z.)"""
         k = logits_e.shape[1]
         no_self = tf.logical_not(tf.eye(logits_e.shape[0], k, dtype=tf.bool))
         return normalize_rows(self.sample_training_graph(logits_e, seed), tf.logical_and(valid[None, :], no_self))
@@ -412,8 +407,9 @@ class Method(ContinualModel):
         rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
         logits_e = logit_of_exp(tf.matmul(rows, cols[:k], transpose_b=True))  # E [k + T, k]: G then A
         graph = self.sample_training_graph(logits_e, seed)  # raw sample [k + T, k]
+        graph = tf.linalg.set_diag(graph, tf.zeros([k]))  # self-edges of the contexts removed
         values = self.context_values(latents[:k], context_labels, valid)  # [k, H + K + 1]
-        out = self.classify(graph, values, drop_self=True)  # [k + T, K]
+        out = self.classify(graph, values)  # [k + T, K]
         context_ce = cross_entropy(context_labels, out[:k])  # [k]
         target_ce = cross_entropy(y, out[k:])  # [T]
         valid_f = tf.cast(valid, tf.float32)
