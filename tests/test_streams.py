@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from gcl_tf.data.sources import SplitData
-from gcl_tf.data.streams import eval_arrays, eval_dataset, train_dataset
+from gcl_tf.data.streams import eval_arrays, eval_dataset, to_float, train_dataset
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods.base import ContinualModel
 
@@ -19,21 +19,24 @@ def indexed_split(n: int) -> SplitData:
 
 def batches_of(ds):
     """[(sample indices, labels)] for every batch."""
-    return [(np.round(x.numpy()[:, 0, 0, 0] * 255).astype(int), y.numpy()) for x, y in ds]
+    return [(np.round(to_float(x).numpy()[:, 0, 0, 0] * 255).astype(int), y.numpy()) for x, y in ds]
 
 
-def test_training_batches_have_static_shape_float32_in_unit_range():
+def test_training_batches_have_static_shape_uint8_and_float_in_unit_range_for_the_model():
     data = indexed_split(53)
     ds, steps = train_dataset(data, batch_size=10, epochs=3, seed=0, task_index=0)
     assert steps == 5
     x_spec, y_spec = ds.element_spec
-    assert x_spec.shape.as_list() == [10, 3, 2, 1] and x_spec.dtype == tf.float32
+    assert x_spec.shape.as_list() == [10, 3, 2, 1] and x_spec.dtype == tf.uint8
     assert y_spec.shape.as_list() == [10] and y_spec.dtype == tf.int32
     batches = list(ds)
     assert len(batches) == 3 * 5  # the partial batch of every epoch is dropped
     for x, y in batches:
-        assert x.shape == (10, 3, 2, 1) and x.dtype == tf.float32
-        assert float(tf.reduce_min(x)) >= 0.0 and float(tf.reduce_max(x)) <= 1.0
+        assert x.shape == (10, 3, 2, 1) and x.dtype == tf.uint8
+        model_input = to_float(x)  # what the compiled step trains on
+        assert model_input.dtype == tf.float32
+        assert float(tf.reduce_min(model_input)) >= 0.0 and float(tf.reduce_max(model_input)) <= 1.0
+        np.testing.assert_allclose(model_input.numpy() * 255.0, x.numpy(), atol=1e-4)
     index, labels = batches_of(ds)[0]
     np.testing.assert_array_equal(labels, data.labels[index])
     assert batches_of(ds)[-1][0].max() <= 52
@@ -77,7 +80,7 @@ def test_eval_arrays_pad_to_whole_batches_with_weight_zero():
     assert shapes == [(10, 3, 2, 1)] * 3
     assert float(sum(tf.reduce_sum(w) for _, _, _, w in ds)) == 23.0
     x, _, m, _ = next(iter(ds))
-    assert x.dtype == tf.float32 and float(tf.reduce_max(x)) <= 1.0 and m.shape == (10, 7)
+    assert x.dtype == tf.uint8 and m.shape == (10, 7)
 
 
 class Bright(ContinualModel):

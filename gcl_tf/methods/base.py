@@ -14,6 +14,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from gcl_tf.data.streams import to_float
 from gcl_tf.memory import state_variable
 
 NEG_INF = -1e9
@@ -122,7 +123,7 @@ class ContinualModel(keras.Model):
 
     def train_step(self, data):
         x, y = self._static_batch(list(data[:2]), self.config.train.batch_size)
-        logs = self.learn(x, tf.cast(y, tf.int32))
+        logs = self.learn(to_float(x), tf.cast(y, tf.int32))
         self.step_counter.assign_add(1)
         self.record_nonfinite(logs)
         return _for_keras_reduction(logs)
@@ -138,7 +139,7 @@ class ContinualModel(keras.Model):
 
     def test_step(self, data):
         x, y, class_mask, weight = self._static_batch(list(data), self.config.eval.batch_size)
-        log_probs = self.predict_log_probs(x, class_mask)  # [N, K]
+        log_probs = self.predict_log_probs(to_float(x), class_mask)  # [N, K]
         y = tf.cast(y, tf.int32)
         correct = tf.cast(tf.equal(tf.argmax(log_probs, axis=-1, output_type=tf.int32), y), tf.float32)
         nll = -tf.gather(log_probs, y, axis=1, batch_dims=1)
@@ -147,7 +148,7 @@ class ContinualModel(keras.Model):
         return _for_keras_reduction({"accuracy": self.accuracy_tracker.result(), "loss": self.eval_loss_tracker.result()})
 
     def predict_step(self, data):
-        x = data[0] if isinstance(data, (tuple, list)) else data
+        x = to_float(data[0] if isinstance(data, (tuple, list)) else data)
         mask = tf.ones([self.num_classes], tf.bool)
         return tf.exp(self.predict_log_probs(x, mask))
 

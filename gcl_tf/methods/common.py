@@ -185,6 +185,8 @@ def collect_dataset(dataset, limit=None, unique: bool = False):
     if not xs:
         return None, None
     x = np.concatenate(xs)
+    if x.dtype == np.uint8:  # the stream's images, as the model sees them
+        x = x.astype(np.float32) / 255.0
     y = np.concatenate(ys).astype(np.int32)
     if limit is not None:
         x, y = x[:limit], y[:limit]
