@@ -6,23 +6,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from gcl_tf import config as config_lib
 from gcl_tf.methods import agem
 from gcl_tf.methods.common import flatten
 from gcl_tf.train import run
 
-DIGITS = {"name": "permuted", "dataset": "digits", "source": "digits", "num_tasks": 3, "samples_per_task": 300}
-
-
-def digits_config(method, benchmark=None):
-    return config_lib.resolve({
-        "seed": 0,
-        "benchmark": {**DIGITS, **(benchmark or {})},
-        "method": method,
-        "model": {"backbone": "mlp", "hidden_size": 64},
-        "train": {"batch_size": 10, "learning_rate": 0.1},
-        "eval": {"batch_size": 450},
-    })
+from helpers import DIGITS, digits_config  # noqa: E402
 
 
 def test_projection_formula():

@@ -9,24 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gcl_tf import config as config_lib
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import ewc
 from gcl_tf.methods.common import require_task_boundaries
 from gcl_tf.train import run
 
-DIGITS = {"name": "permuted", "dataset": "digits", "source": "digits", "num_tasks": 3, "samples_per_task": 300}
-
-
-def digits_config(method, **model):
-    return config_lib.resolve({
-        "seed": 0,
-        "benchmark": dict(DIGITS),
-        "method": method,
-        "model": {"backbone": "mlp", "hidden_size": 64, **model},
-        "train": {"batch_size": 10, "learning_rate": 0.1},
-        "eval": {"batch_size": 450},
-    })
+from helpers import DIGITS, digits_config  # noqa: E402
 
 
 def softmax(z):

@@ -10,24 +10,12 @@ import quadprog
 import tensorflow as tf
 from scipy import optimize
 
-from gcl_tf import config as config_lib
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import gem
 from gcl_tf.methods.common import TaskMemory
 from gcl_tf.train import run
 
-DIGITS = {"name": "permuted", "dataset": "digits", "source": "digits", "num_tasks": 3, "samples_per_task": 300}
-
-
-def digits_config(method, benchmark=None):
-    return config_lib.resolve({
-        "seed": 0,
-        "benchmark": {**DIGITS, **(benchmark or {})},
-        "method": method,
-        "model": {"backbone": "mlp", "hidden_size": 64},
-        "train": {"batch_size": 10, "learning_rate": 0.1},
-        "eval": {"batch_size": 450},
-    })
+from helpers import DIGITS, digits_config  # noqa: E402
 
 
 def project2cone2(g, M, margin, eps=1e-3):

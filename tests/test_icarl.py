@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gcl_tf import config as config_lib
+import helpers  # noqa: E402
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import icarl
 from gcl_tf.train import run
@@ -17,14 +17,7 @@ SPLIT = {"name": "split", "dataset": "digits", "source": "digits", "num_tasks": 
 
 
 def digits_config(method, **benchmark):
-    return config_lib.resolve({
-        "seed": 0,
-        "benchmark": {**SPLIT, **benchmark},
-        "method": {"name": "icarl", **method},
-        "model": {"backbone": "mlp", "hidden_size": 64},
-        "train": {"batch_size": 10, "learning_rate": 0.1},
-        "eval": {"batch_size": 450},
-    })
+    return helpers.digits_config({"name": "icarl", **method}, benchmark={**SPLIT, **benchmark})
 
 
 def herding_reference(features, m):
