@@ -17,7 +17,9 @@ import tempfile
 # that logging is not initialised yet.
 _NOISE = re.compile(
     r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] "
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\s*$)"
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\s*$"
+    # on a machine without a GPU, the CUDA runtime's failed probe when devices are first listed
+    r"|E\d{4} [\d:.]+\s+\d+ cuda_platform\.cc:\d+\] failed call to cuInit)"
 )
 
 
@@ -33,6 +35,8 @@ def import_tensorflow():
         os.dup2(capture.fileno(), 2)
         try:
             import tensorflow
+
+            tensorflow.config.list_physical_devices()  # device probing logs now, while captured
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
