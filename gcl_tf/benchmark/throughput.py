@@ -146,7 +146,7 @@ def random_batches(input_shape, count: int, batch: int = 10, seed: int = 0):
     return x, y
 
 
-def counting_step(model):
+def counting_step(model, jit_compile: bool = False):
     """A tf.function over the model's train_step, with a Python-side trace counter."""
     import tensorflow as tf
 
@@ -156,14 +156,14 @@ def counting_step(model):
         traces.append(1)
         return model.train_step((x, y))
 
-    return tf.function(step), traces
+    return tf.function(step, jit_compile=jit_compile), traces
 
 
-def time_train_step(model, input_shape, repeats: int):
+def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False):
     """Median seconds per training step once the memory is full, and the number of traces."""
     import tensorflow as tf
 
-    step, traces = counting_step(model)
+    step, traces = counting_step(model, jit_compile)
     fill = -(-model.memory.capacity // 10) + 2
     x, y = random_batches(input_shape, fill + 4)
     for i in range(fill):  # fill the memory: the steady state
@@ -181,12 +181,13 @@ def time_train_step(model, input_shape, repeats: int):
 # ----------------------------------------------------------------------------- sections
 def gcl_step_section(rate, repeats, quick):
     rows = []
-    for name, shape, memory, backbone in [
-        ("GCL step, MLP, memory 1000", (28, 28, 1), 1000, "mlp"),
-        ("GCL step, ConvNet, memory 250", (32, 32, 3), 250, "convnet"),
+    for name, shape, memory, backbone, jit in [
+        ("GCL step, MLP, memory 1000", (28, 28, 1), 1000, "mlp", False),
+        ("GCL step, MLP, memory 1000, XLA (jit_compile)", (28, 28, 1), 1000, "mlp", True),
+        ("GCL step, ConvNet, memory 250", (32, 32, 3), 250, "convnet", False),
     ]:
         model = make_model("gcl", shape, memory=memory, backbone=backbone)
-        seconds, traces = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)))
+        seconds, traces = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)), jit)
         flops = gcl_step_flops(model, 10)
         rows.append({
             "what": name, "ms": 1e3 * seconds, "images_per_s": 10 / seconds, "gflop": flops / 1e9,
