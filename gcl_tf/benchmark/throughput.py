@@ -14,7 +14,8 @@ shared, absolute times drift). Sections:
 - growth with memory size (100 .. 5000; full memory, ``edge_memory: embeddings``, and
   ``context_batch``): a table and a plot, with the number of traces of the step (1: no retracing).
 
-``--quick`` shrinks the repeats and the sweep (used by the tests).
+``--quick`` shrinks everything (memories of 200 and 50, few repeats, a two-point sweep): a smoke
+test of the benchmark itself, used by the tests; its figures are not the ones to quote.
 """
 from __future__ import annotations
 
@@ -181,10 +182,11 @@ def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False)
 # ----------------------------------------------------------------------------- sections
 def gcl_step_section(rate, repeats, quick):
     rows = []
+    mlp_memory, conv_memory = (200, 50) if quick else (1000, 250)
     for name, shape, memory, backbone, jit in [
-        ("GCL step, MLP, memory 1000", (28, 28, 1), 1000, "mlp", False),
-        ("GCL step, MLP, memory 1000, XLA (jit_compile)", (28, 28, 1), 1000, "mlp", True),
-        ("GCL step, ConvNet, memory 250", (32, 32, 3), 250, "convnet", False),
+        (f"GCL step, MLP, memory {mlp_memory}", (28, 28, 1), mlp_memory, "mlp", False),
+        (f"GCL step, MLP, memory {mlp_memory}, XLA (jit_compile)", (28, 28, 1), mlp_memory, "mlp", True),
+        (f"GCL step, ConvNet, memory {conv_memory}", (32, 32, 3), conv_memory, "convnet", False),
     ]:
         model = make_model("gcl", shape, memory=memory, backbone=backbone)
         seconds, traces = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)), jit)
@@ -200,10 +202,11 @@ def gcl_eval_section(rate, repeats, quick):
     import tensorflow as tf
 
     shape = (28, 28, 1)
-    model = make_model("gcl", shape, memory=1000)
+    memory = 200 if quick else 1000
+    model = make_model("gcl", shape, memory=memory)
     step, _ = counting_step(model)
-    x, y = random_batches(shape, 102)
-    for i in range(102):
+    x, y = random_batches(shape, memory // 10 + 2)
+    for i in range(memory // 10 + 2):
         step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))
     images = tf.constant(random_batches(shape, 50)[0])  # 500 test images
     mask = tf.ones([10], tf.bool)
@@ -224,7 +227,7 @@ def keras_overhead_section(repeats, quick):
     import tensorflow as tf
 
     shape = (28, 28, 1)
-    steps = 100 if quick else 400
+    steps = 40 if quick else 400
     x, y = random_batches(shape, steps)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(10, drop_remainder=True).cache().prefetch(8)
     rows = []
@@ -255,6 +258,8 @@ def input_pipeline_section(repeats, quick):
         stream, steps = train_dataset(data, 10, 1, 0, 0)
         x, y = random_batches(shape, 1)
         constant = tf.data.Dataset.from_tensors((tf.constant(x), tf.constant(y))).repeat()
+        if quick:
+            extra = {"memory": 50}
         model = make_model(method, shape, **extra)
         model.fit(constant, epochs=1, steps_per_epoch=steps, verbose=0)
         fed = median_seconds(lambda: model.fit(stream, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False),
@@ -355,7 +360,7 @@ def main(argv=None) -> int:
     import_tensorflow()
     repeats = 3 if args.quick else args.repeats
     if args.quick:
-        sizes = sizes[:2]
+        sizes = [50, 100]
     command = "python -m gcl_tf.benchmark throughput " + " ".join(argv if argv is not None else sys.argv[1:])
     print("matmul ...", flush=True)
     rate = matmul_rate(max(10, repeats))

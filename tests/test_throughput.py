@@ -1,0 +1,21 @@
+"""The throughput benchmark runs end to end (quick mode) and reports every section."""
+import json
+import subprocess
+import sys
+
+
+def test_throughput_quick_writes_every_section(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "gcl_tf.benchmark", "throughput", "--quick", "--output", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "throughput.json").read_text())
+    assert report["matmul_gflops"] > 0
+    assert [r["traces"] for r in report["gcl_steps"]] == [1, 1, 1]  # no retracing
+    assert all(r["ms"] > 0 and r["gflop"] > 0 for r in report["gcl_steps"])
+    assert report["eval_ratio"] > 1.0  # 30 graph samples cost more than one
+    assert len(report["keras_overhead"]) == 4 and len(report["input_pipeline"]) == 2
+    assert all(0.0 <= r["input_wait_fraction"] <= 1.0 for r in report["input_pipeline"])
+    sweep = report["memory_sweep"]
+    assert {r["memory"] for r in sweep} == {50, 100} and all(r["traces"] == 1 for r in sweep)
+    assert (tmp_path / "memory_sweep.png").stat().st_size > 1000
+    assert "GFLOP/s" in (tmp_path / "throughput.md").read_text()
