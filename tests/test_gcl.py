@@ -519,3 +519,37 @@ def test_context_batch_during_fill_masks_missing_contexts():
     logs = model.train_step(next(batches(1, seed=51)))
     assert np.isfinite(float(logs["loss"])) and float(logs["loss"]) > 0
     assert np.all(np.isinf(model.memory.best_loss.numpy()[20:]))  # empty slots have no loss yet
+
+
+def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(tmp_path):
+    """The cached test-time noise gives exactly the per-batch draws, is redrawn when the training
+    step (the seed) moves, and is not part of a checkpoint."""
+    config = make_config(test_graph_samples=5)
+    config.eval.batch_size = 10
+    model = gcl.Method(config, (8, 8, 1), 10)
+    model.compile_for_training(config.train)
+    assert model._test_noise is not None and model._test_noise.shape == (5, 10, 30)
+    mask = tf.ones([10], tf.bool)
+    predict = tf.function(lambda x: model.predict_log_probs(x, mask))
+    tests = [x for x, _ in batches(2, seed=8)]
+
+    def uncached():
+        cache, model._test_noise = model._test_noise, None
+        try:
+            return [model.predict_log_probs(x, mask).numpy() for x in tests]
+        finally:
+            model._test_noise = cache
+
+    for round_ in range(2):  # after the first task and again after more training
+        for x, y in batches(4, seed=round_):
+            model.train_step((x, y))
+        seed = gcl.step_seed(model.seed, model.step_counter, gcl.SALT_TEST_GRAPH).numpy()
+        got = [predict(x).numpy() for x in tests]
+        np.testing.assert_array_equal(model._test_noise.seed.numpy(), seed)  # redrawn for this step
+        for a, b in zip(got, uncached()):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    names = [name for name, _ in tf.train.list_variables(checkpoint.save(str(tmp_path / "ckpt")))]
+    assert not any("test_noise" in n for n in names)
+    big = make_config(test_graph_samples=30, memory_size=20000, edge_memory="embeddings")  # 30x500x20000 floats
+    assert gcl.Method(big, (8, 8, 1), 10)._test_noise is None

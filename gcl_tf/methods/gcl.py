@@ -222,6 +222,46 @@ def average_log_probs(log_probs):
     return tf.reduce_logsumexp(log_probs, axis=0) - tf.math.log(samples)
 
 
+# ------------------------------------------------------------------------------ test-time noise
+# The largest test-noise cache kept (bytes): test_graph_samples * eval batch * memory floats.
+TEST_NOISE_CACHE_BYTES = 256 * 2**20
+
+
+class TestNoiseCache:
+    """The logistic noise of the test-time graphs, drawn once per evaluation.
+
+    Within one evaluation every test batch has the same shape and the same seed (the seed
+    only moves with the training step), so every batch already gets the same noise [S, N, M];
+    drawing it is most of the cost of a graph sample (Philox uniforms and two logs per edge,
+    about twice the aggregation GEMM). This keeps it in a variable and redraws it only when
+    the seed changes: the predictions are exactly those of drawing it each batch.
+
+    A plain object, not a tracked attribute: a cache is not state, so checkpoints and
+    SavedModels do not carry it.
+    """
+
+    def __init__(self, shape):
+        self.shape = tuple(int(d) for d in shape)
+        with tf.init_scope():
+            self.noise = tf.Variable(tf.zeros(self.shape), trainable=False, name="test_noise")
+            self.seed = tf.Variable(tf.fill([2], tf.int32.min), trainable=False, name="test_noise_seed")
+
+    @staticmethod
+    def fits(shape) -> bool:
+        return math.prod(shape) * 4 <= TEST_NOISE_CACHE_BYTES
+
+    def get(self, seed):
+        """Noise for ``seed`` [S, N, M]: the cached draw, or a new one if the seed moved."""
+
+        def redraw():
+            noise = logistic_noise(self.shape, seed)
+            with tf.control_dependencies([self.noise.assign(noise), self.seed.assign(seed)]):
+                return tf.identity(noise)
+
+        stale = tf.reduce_any(tf.not_equal(self.seed, seed))
+        return tf.cond(stale, redraw, self.noise.read_value)
+
+
 # ------------------------------------------------------------------------------ memory
 class GraphMemory(ReservoirMemory):
     """Reservoir memory plus GCL's per-slot best context loss and its learned context graph:
@@ -272,6 +312,11 @@ class Method(ContinualModel):
         self.capacity = cfg.memory_size
         # Contexts attended to per step: the whole memory, or context_batch of them.
         self.num_contexts = cfg.context_batch or cfg.memory_size
+        # Test-time graph noise, drawn once per evaluation (see TestNoiseCache); one device only.
+        noise_shape = (cfg.test_graph_samples, config.eval.batch_size, cfg.memory_size)
+        use_cache = (cfg.stochastic_graphs and TestNoiseCache.fits(noise_shape)
+                     and tf.distribute.get_strategy().num_replicas_in_sync == 1)
+        self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
@@ -508,6 +553,9 @@ class Method(ContinualModel):
         samples = cfg.test_graph_samples if samples is None else samples
         if not cfg.stochastic_graphs:
             samples = 1
+        # The cache serves the evaluation's own seed; an explicit seed (serving) draws afresh.
+        cached = (seed is None and self._test_noise is not None
+                  and (samples, x.shape[0]) == self._test_noise.shape[:2])
         if seed is None:
             seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
@@ -516,15 +564,20 @@ class Method(ContinualModel):
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         replicas = num_replicas()
         if not cfg.stochastic_graphs:
-            graphs = tf.sigmoid(logits_e)[None]  # [1, N, M]
+            noise = None
+        elif replicas == 1 and cached:
+            noise = self._test_noise.get(seed)
         elif replicas == 1:
-            graphs = sample_graph(logits_e, cfg.test_temperature, seed, sample_shape=(samples,))
+            noise = logistic_noise(tf.concat([[samples], tf.shape(logits_e)], 0), seed)  # as sample_graph draws it
         else:  # this replica's rows of the global batch's noise, as on one device
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-            graphs = relaxed_bernoulli(logits_e, cfg.test_temperature, noise)
-        logits = self.classify(graphs, values)  # [S, N, K]; empty slots are zero rows of values
+        if noise is None:
+            logits = self.classify(tf.sigmoid(logits_e)[None], values)  # [1, N, K]
+        else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
+            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, cfg.test_temperature, eps), values),
+                               noise, parallel_iterations=4, fn_output_signature=tf.float32)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         return average_log_probs(log_probs)
 
