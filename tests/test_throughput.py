@@ -12,7 +12,8 @@ def test_throughput_quick_writes_every_section(tmp_path):
     assert report["matmul_gflops"] > 0
     assert [r["traces"] for r in report["gcl_steps"]] == [1, 1, 1]  # no retracing
     assert all(r["ms"] > 0 and r["gflop"] > 0 for r in report["gcl_steps"])
-    assert report["eval_ratio"] > 1.0  # 30 graph samples cost more than one
+    assert report["eval_ratio"] > 1.0 and report["eval_flop_ratio"] > 1.0  # 30 graph samples cost more than one
+    assert len(report["gcl_eval"]) == 3  # 1 sample, 30 with the noise cache, 30 without
     assert len(report["keras_overhead"]) == 4 and len(report["input_pipeline"]) == 2
     assert all(0.0 <= r["input_wait_fraction"] <= 1.0 for r in report["input_pipeline"])
     sweep = report["memory_sweep"]

@@ -161,16 +161,25 @@ def counting_step(model, jit_compile: bool = False):
     return tf.function(step, jit_compile=jit_compile), traces
 
 
+def fill_memory(step, model, input_shape):
+    """Runs ``step`` on random batches until the memory is full (the steady state); returns one
+    more batch, not yet seen."""
+    import tensorflow as tf
+
+    fill = -(-model.memory.capacity // 10) + 2
+    x, y = random_batches(input_shape, fill + 1)
+    for i in range(fill):
+        step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))
+    return x[-10:], y[-10:]
+
+
 def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False):
     """Median seconds per training step once the memory is full, and the number of traces."""
     import tensorflow as tf
 
     step, traces = counting_step(model, jit_compile)
-    fill = -(-model.memory.capacity // 10) + 2
-    x, y = random_batches(input_shape, fill + 4)
-    for i in range(fill):  # fill the memory: the steady state
-        step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))
-    bx, by = tf.constant(x[-10:]), tf.constant(y[-10:])
+    x, y = fill_memory(step, model, input_shape)
+    bx, by = tf.constant(x), tf.constant(y)
 
     def one():
         logs = step(bx, by)
@@ -209,16 +218,12 @@ def gcl_eval_section(rate, repeats, quick):
     shape = (28, 28, 1)
     memory = 200 if quick else 1000
     model = make_model("gcl", shape, memory=memory)
-    step, _ = counting_step(model)
-    x, y = random_batches(shape, memory // 10 + 2)
-    for i in range(memory // 10 + 2):
-        step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))
+    fill_memory(counting_step(model)[0], model, shape)
     batch, count = 500, (4 if quick else 20)
     images = [tf.constant(b) for b in np.split(random_batches(shape, count * batch // 10, seed=1)[0], count)]
     mask = tf.ones([10], tf.bool)
-    predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))
 
-    def evaluation(samples):
+    def evaluation(predict, samples):
         model.step_counter.assign_add(1)  # a new evaluation: a new seed
         for b in images:
             out = predict(b, samples)
@@ -228,8 +233,8 @@ def gcl_eval_section(rate, repeats, quick):
     cache = model._test_noise
     for samples, cached in ((1, True), (30, True), (30, False)):
         model._test_noise = cache if cached else None
-        predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))
-        seconds = median_seconds(lambda: evaluation(samples), max(3, repeats // 4)) / (count * batch)
+        predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))  # traced with this cache
+        seconds = median_seconds(lambda: evaluation(predict, samples), max(3, repeats // 4)) / (count * batch)
         flops = gcl_eval_flops(model, batch, samples) / batch
         what = f"GCL evaluation, {samples} graph sample{'s' if samples > 1 else ''}"
         if samples > 1:
@@ -334,12 +339,10 @@ def markdown(report) -> str:
 
 
 def plot_sweep(rows, path):
-    import matplotlib
+    from gcl_tf.benchmark.plots import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    figure = new_figure(6, 4)
+    ax = figure.subplots()
     for variant in dict.fromkeys(r["variant"] for r in rows):
         points = [(r["memory"], r["ms"]) for r in rows if r["variant"] == variant]
         ax.plot(*zip(*points), marker="o", label=variant)
@@ -350,11 +353,7 @@ def plot_sweep(rows, path):
     ax.set_title("GCL step time vs memory size (MLP, batch 10)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(figure, path)
 
 
 def build_parser():
