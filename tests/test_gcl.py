@@ -553,3 +553,24 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     assert not any("test_noise" in n for n in names)
     big = make_config(test_graph_samples=30, memory_size=20000, edge_memory="embeddings")  # 30x500x20000 floats
     assert gcl.Method(big, (8, 8, 1), 10)._test_noise is None
+
+
+def test_prediction_is_the_mean_of_the_per_sample_distributions():
+    """predict_log_probs with S samples equals averaging S explicit graph samples drawn with the
+    same noise, each aggregated and classified on its own."""
+    model = make_model(test_graph_samples=4)
+    for x, y in batches(4, seed=2):
+        model.train_step((x, y))
+    x, _ = next(batches(1, seed=9))
+    seed = tf.constant([5, 7], tf.int32)
+    got = np.exp(model.predict_log_probs(x, tf.ones([10], tf.bool), samples=4, seed=seed).numpy())
+    u_c, l_c = model.embed(model.memory.images, training=False)
+    u_t, _ = model.embed(x, training=False)
+    values = model.context_values(l_c, model.memory.labels, model.memory.filled())
+    logits_e = gcl.edge_logits(u_t, u_c, model.kernel_log_scale)
+    noise = gcl.logistic_noise(tf.concat([[4], tf.shape(logits_e)], 0), seed)
+    temperature = model.method_config.test_temperature
+    probs = [tf.nn.softmax(model.classify(gcl.relaxed_bernoulli(logits_e, temperature, noise[s]), values)).numpy()
+             for s in range(4)]
+    np.testing.assert_allclose(got, np.mean(probs, axis=0), rtol=1e-4, atol=1e-6)
+    assert not np.allclose(probs[0], probs[1], atol=1e-3)  # the samples differ
