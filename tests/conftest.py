@@ -99,3 +99,13 @@ def npz_config(make_config, npz_file):
         return make_config({"benchmark": bench}, overrides)
 
     return build
+
+
+@pytest.fixture(autouse=True)
+def _seeded_global_rngs():
+    """Every test starts from the same global Python, NumPy and TensorFlow/Keras random state, so
+    weight initialisation (and so a test's outcome) does not depend on which tests ran before."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    yield
