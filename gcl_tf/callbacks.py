@@ -58,10 +58,11 @@ class TaskEndEvaluation(keras.callbacks.Callback):
 
     def evaluate_all(self, model) -> np.ndarray:
         row = []
-        for task, ds in zip(self.benchmark.tasks, self.datasets()):
-            logs = model.evaluate(ds, verbose=0, return_dict=True)
-            row.append(100.0 * float(logs["accuracy"]))
-            self.eval_samples += len(task.eval_data(self.split))
+        with model.evaluation_scope():  # no training in between: the model's state is frozen
+            for task, ds in zip(self.benchmark.tasks, self.datasets()):
+                logs = model.evaluate(ds, verbose=0, return_dict=True)
+                row.append(100.0 * float(logs["accuracy"]))
+                self.eval_samples += len(task.eval_data(self.split))
         return np.asarray(row)
 
     def on_train_end(self, logs=None):

@@ -581,6 +581,35 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     assert gcl.Method(big, (8, 8, 1), 10)._test_noise is None
 
 
+def test_memory_contexts_are_computed_once_per_evaluation_scope(tmp_path):
+    """Inside model.evaluation_scope() the memory's embeddings are computed at the first test batch
+    and reused (predictions identical to uncached ones); leaving the scope drops them, and outside
+    a scope a change of the memory shows at once. Not part of a checkpoint."""
+    model = make_model(test_graph_samples=3)
+    for x, y in batches(4, seed=12):
+        model.train_step((x, y))
+    mask = tf.ones([10], tf.bool)
+    predict = tf.function(lambda x: model.predict_log_probs(x, mask))
+    tests = [x for x, _ in batches(3, seed=13)]
+    fresh = [predict(x).numpy() for x in tests]  # outside a scope
+    with model.evaluation_scope():
+        np.testing.assert_array_equal(predict(tests[0]).numpy(), fresh[0])
+        images = model.memory.images.read_value()
+        model.memory.images.assign(images[::-1])  # not allowed in a scope: shows the reuse
+        for x, want in zip(tests[1:], fresh[1:]):
+            np.testing.assert_array_equal(predict(x).numpy(), want)  # the contexts of the first batch
+    changed = predict(tests[1]).numpy()  # outside: the changed memory, at once
+    assert np.abs(changed - fresh[1]).max() > 1e-4
+    model.memory.images.assign(images)  # and again
+    np.testing.assert_array_equal(predict(tests[1]).numpy(), fresh[1])
+    model.memory.images.assign(images[::-1])
+    with model.evaluation_scope():  # a new scope computes afresh
+        np.testing.assert_array_equal(predict(tests[1]).numpy(), changed)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    names = [name for name, _ in tf.train.list_variables(checkpoint.save(str(tmp_path / "ckpt")))]
+    assert not any("context" in n for n in names)
+
+
 def test_prediction_is_the_mean_of_the_per_sample_distributions():
     """predict_log_probs with S samples equals averaging S explicit graph samples drawn with the
     same noise, each aggregated and classified on its own."""

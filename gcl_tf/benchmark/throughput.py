@@ -8,7 +8,7 @@ shared, absolute times drift). Sections:
   median ms per step, stream images per second, the analytic FLOPs of the step, achieved GFLOP/s
   and its fraction of the matmul rate;
 - GCL evaluation of a test split with 30 graph samples against 1 sample (ms per image and
-  their ratio), and 30 samples without the once-per-evaluation test-noise cache;
+  their ratio), and 30 samples without the evaluation's caches (memory embeddings, test noise);
 - ER and Finetune steps through ``model.fit`` with ``steps_per_execution`` 1 and 20 (Keras's
   per-step Python overhead);
 - the input pipeline: the fraction of a fit's time spent waiting for the tf.data stream;
@@ -103,14 +103,77 @@ def gcl_step_flops(model, batch: int) -> float:
     return training_flops(forward, first)
 
 
-def gcl_eval_flops(model, images: int, samples: int) -> float:
-    M, H, K = model.capacity, model.hidden_size, model.num_classes
-    trunk, _ = layer_flops(model.trunk, M + images)
+def gcl_step_gemms(model, batch: int):
+    """The GEMMs of one GCL training step with a Dense trunk, forward and backward, in the step's
+    shapes: ``(m, k, n, transpose_a, transpose_b)`` per product of an [m, k] and a [k, n] matrix.
+    None for a trunk with other layers (convolutions)."""
+    import keras
+
+    k, T, H, K = model.num_contexts, batch, model.hidden_size, model.num_classes
+    R = k + T
+    gemms = []
+
+    def dense(a, b, rows, input_gradient=True):  # X [rows, a] @ W [a, b], dW = X^T dY, dX = dY W^T
+        gemms.extend([(rows, a, b, False, False), (a, rows, b, True, False)])
+        if input_gradient:
+            gemms.append((rows, b, a, False, True))
+
+    first = True
+    for layer in model.trunk._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Dense):
+            dense(*layer.kernel.shape, R, input_gradient=not first)
+            first = False
+        elif layer.weights:
+            return None
     feature = model.trunk.output_shape[-1]
-    heads = 2 * 2.0 * (M + images) * feature * H
+    dense(feature, H, R)  # edge head
+    dense(feature, H, R)  # latent head
+    factors, width = H + 2, H + K + 1
+    gemms += [(R, factors, k, False, True), (R, k, factors, False, False), (k, R, factors, True, False),  # log k
+              (R, factors, T, False, True)]  # to the targets (edge memory, no gradient)
+    gemms += [(R, k, width, False, False), (R, width, k, False, True), (k, R, width, True, False)]  # aggregate
+    dense(K, H, R)  # label encoder on the label histogram
+    dense(2 * H, K, R)  # output head
+    return gemms
+
+
+def time_gemms(gemms, repeats: int) -> float:
+    """Median seconds of running ``gemms`` one after another (each waits for the previous, as in
+    the step) in one tf.function, on random operands passed in (nothing constant-folds)."""
+    import tensorflow as tf
+
+    operands = []
+    for i, (m, k, n, ta, tb) in enumerate(gemms):
+        a = tf.random.stateless_normal([k, m] if ta else [m, k], seed=[i, 1])
+        b = tf.random.stateless_normal([n, k] if tb else [k, n], seed=[i, 2])
+        operands.append((a, b))
+    flags = [(ta, tb) for *_, ta, tb in gemms]
+
+    @tf.function
+    def run(operands):
+        outputs, previous = [], []
+        for (a, b), (ta, tb) in zip(operands, flags):
+            with tf.control_dependencies(previous):
+                out = tf.matmul(a, b, transpose_a=ta, transpose_b=tb)
+            outputs.append(out)
+            previous = [out]
+        return outputs
+
+    return median_seconds(lambda: [o.shape for o in run(operands)], repeats)
+
+
+def gcl_eval_flops(model, images: int, samples: int, context_passes: int = 1) -> float:
+    """Analytic FLOPs of predicting ``images`` test images with ``samples`` graph samples, the
+    memory's M images embedded ``context_passes`` times (once per evaluation, or once per batch)."""
+    M, H, K = model.capacity, model.hidden_size, model.num_classes
+    feature = model.trunk.output_shape[-1]
+
+    def embed(n):
+        return layer_flops(model.trunk, n)[0] + 2 * 2.0 * n * feature * H
+
     kernel = 2.0 * images * M * H
     per_sample = 2.0 * images * M * (H + K) + 2.0 * images * K * H + 2.0 * images * 2 * H * K
-    return trunk + heads + kernel + samples * per_sample
+    return context_passes * embed(M) + embed(images) + kernel + samples * per_sample
 
 
 def classifier_step_flops(model, rows: int) -> float:
@@ -205,14 +268,27 @@ def gcl_step_section(rate, repeats, quick):
             "what": name, "ms": 1e3 * seconds, "images_per_s": 10 / seconds, "gflop": flops / 1e9,
             "gflops": flops / seconds / 1e9, "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces,
         })
+        if backbone == "mlp" and not jit:
+            # The ceiling: the same step's GEMMs alone, back to back, with no other work at all.
+            gemms = gcl_step_gemms(model, 10)
+            seconds = time_gemms(gemms, repeats)
+            gemm_flops = sum(2.0 * m * k * n for m, k, n, *_ in gemms)
+            rows.append({
+                "what": f"the same step's {len(gemms)} GEMMs alone (its ceiling)", "ms": 1e3 * seconds,
+                "images_per_s": 10 / seconds, "gflop": gemm_flops / 1e9, "gflops": gemm_flops / seconds / 1e9,
+                "fraction_of_matmul": gemm_flops / seconds / 1e9 / rate, "traces": 1,
+            })
     return rows
 
 
 def gcl_eval_section(rate, repeats, quick):
     """One evaluation pass over a test split (20 batches of 500 images; 4 in quick mode), as the
-    training loop runs it at each task end: ms per image with 1 and 30 graph samples, and 30
-    samples with the test noise drawn per batch instead of once per evaluation (the cache off).
-    The training step counter moves before every pass, so every pass draws its own noise."""
+    training loop runs it at each task end (inside ``model.evaluation_scope()``): ms per image
+    with 1 and 30 graph samples, and 30 samples without the evaluation's caches (the memory's
+    embeddings computed per batch; and the test noise drawn per batch too). The training step
+    counter moves before every pass, so every pass draws its own noise."""
+    import contextlib
+
     import tensorflow as tf
 
     shape = (28, 28, 1)
@@ -223,27 +299,30 @@ def gcl_eval_section(rate, repeats, quick):
     images = [tf.constant(b) for b in np.split(random_batches(shape, count * batch // 10, seed=1)[0], count)]
     mask = tf.ones([10], tf.bool)
 
-    def evaluation(predict, samples):
+    def evaluation(predict, samples, scope):
         model.step_counter.assign_add(1)  # a new evaluation: a new seed
-        for b in images:
-            out = predict(b, samples)
-        out.numpy()
+        with scope():
+            for b in images:
+                out = predict(b, samples)
+            out.numpy()
 
     rows = []
-    cache = model._test_noise
-    for samples, cached in ((1, True), (30, True), (30, False)):
-        model._test_noise = cache if cached else None
+    noise_cache = model._test_noise
+    for samples, contexts_cached, noise_cached in ((1, True, True), (30, True, True), (30, False, True),
+                                                   (30, False, False)):
+        model._test_noise = noise_cache if noise_cached else None
+        scope = model.evaluation_scope if contexts_cached else contextlib.nullcontext
         predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))  # traced with this cache
-        seconds = median_seconds(lambda: evaluation(predict, samples), max(3, repeats // 4)) / (count * batch)
-        flops = gcl_eval_flops(model, batch, samples) / batch
+        seconds = median_seconds(lambda: evaluation(predict, samples, scope), max(3, repeats // 4)) / (count * batch)
+        flops = gcl_eval_flops(model, count * batch, samples, 1 if contexts_cached else count) / (count * batch)
         what = f"GCL evaluation, {samples} graph sample{'s' if samples > 1 else ''}"
-        if samples > 1:
-            what += ", noise drawn once per evaluation" if cached else ", noise drawn per batch"
+        if not contexts_cached:
+            what += ", memory embedded per batch" + (", noise drawn per batch" if not noise_cached else "")
         rows.append({"what": what, "samples": samples, "ms_per_image": 1e3 * seconds, "gflops": flops / seconds / 1e9,
                      "fraction_of_matmul": flops / seconds / 1e9 / rate})
-    model._test_noise = cache
+    model._test_noise = noise_cache
     ratio = rows[1]["ms_per_image"] / rows[0]["ms_per_image"]
-    flop_ratio = gcl_eval_flops(model, batch, 30) / gcl_eval_flops(model, batch, 1)
+    flop_ratio = gcl_eval_flops(model, count * batch, 30) / gcl_eval_flops(model, count * batch, 1)
     return rows, ratio, flop_ratio
 
 
@@ -322,6 +401,13 @@ def markdown(report) -> str:
     for r in report["gcl_steps"]:
         lines.append(f"| {r['what']} | {r['ms']:.1f} | {r['images_per_s']:.0f} | {r['gflop']:.2f} | {r['gflops']:.0f} "
                      f"| {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |")
+    steps = report["gcl_steps"]
+    if len(steps) > 1 and "GEMMs alone" in steps[1]["what"]:
+        step, ceiling = steps[0], steps[1]
+        lines.append(f"\nThe MLP step runs at {100 * step['fraction_of_matmul']:.0f}% of the matmul rate; its GEMMs "
+                     f"alone, back to back with no other work, at {100 * ceiling['fraction_of_matmul']:.0f}% "
+                     f"({ceiling['ms']:.1f} ms): everything else in the step (graph sampling, regulariser, "
+                     f"memory update, optimizer) costs {step['ms'] - ceiling['ms']:.1f} ms.")
     lines += ["", "| evaluation | ms/image | GFLOP/s | of matmul |", "|---|---|---|---|"]
     for r in report["gcl_eval"]:
         lines.append(f"| {r['what']} | {r['ms_per_image']:.3f} | {r['gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% |")

@@ -7,9 +7,13 @@ A method implements
   classes allowed by ``class_mask`` ([N, K] or [K] bool);
 and, when it needs task boundaries (``task_free = False``), ``on_task_start`` / ``on_task_end``,
 which the driver calls through callbacks. ``fit``, ``evaluate``, callbacks and TensorBoard keep
-working as in any Keras model.
+working as in any Keras model. Evaluation loops run inside ``with model.evaluation_scope():``, a
+span in which the model's state does not change, so that a method may compute what depends only
+on that state once for all test batches (``begin_evaluation`` / ``end_evaluation``).
 """
 from __future__ import annotations
+
+import contextlib
 
 import keras
 import tensorflow as tf
@@ -86,6 +90,24 @@ class ContinualModel(keras.Model):
 
     def on_task_end(self, task_index: int, dataset) -> None:
         """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
+
+    def begin_evaluation(self) -> None:
+        """Entering an evaluation span (see :meth:`evaluation_scope`); default: nothing."""
+
+    def end_evaluation(self) -> None:
+        """Leaving an evaluation span; default: nothing."""
+
+    @contextlib.contextmanager
+    def evaluation_scope(self):
+        """A span of predictions during which the model's weights and memory do not change (no
+        training step, no restore in between): a method may then compute what depends only on
+        them once, at the first test batch, and reuse it (GCL: the memory's embeddings). Outside
+        a scope every prediction computes everything afresh."""
+        self.begin_evaluation()
+        try:
+            yield self
+        finally:
+            self.end_evaluation()
 
     # ------------------------------------------------------------------ Keras plumbing
     @property

@@ -305,6 +305,46 @@ class TestNoiseCache:
         return tf.cond(stale, redraw, self.noise.read_value)
 
 
+class ContextCache:
+    """What a prediction needs of the memory, computed once per evaluation span.
+
+    Every test batch of an evaluation attends to the same memory through the same weights, so
+    the contexts' edge embeddings and aggregated values ([M, H] and [M, H + K + 1]: the trunk on
+    all M memory images) are the same for every batch. Inside :meth:`ContinualModel.evaluation_scope`
+    the first batch computes and keeps them, the others read them; outside a scope (or after it)
+    nothing is read from here. Like the noise cache, a plain object (not state).
+    """
+
+    def __init__(self, capacity: int, hidden: int, width: int):
+        with tf.init_scope():
+            self.active = tf.Variable(False, trainable=False, name="context_cache_active")
+            self.valid = tf.Variable(False, trainable=False, name="context_cache_valid")
+            self.embeddings = tf.Variable(tf.zeros([capacity, hidden]), trainable=False, name="context_embeddings")
+            self.values = tf.Variable(tf.zeros([capacity, width]), trainable=False, name="context_values")
+
+    def open(self) -> None:
+        self.valid.assign(False)
+        self.active.assign(True)
+
+    def close(self) -> None:
+        self.active.assign(False)
+        self.valid.assign(False)
+
+    def get(self, compute):
+        """``compute() -> (embeddings, values)``, or its result kept from earlier in this span."""
+
+        def fill():
+            embeddings, values = compute()
+            with tf.control_dependencies([self.embeddings.assign(embeddings), self.values.assign(values),
+                                          self.valid.assign(True)]):
+                return tf.identity(embeddings), tf.identity(values)
+
+        def cached():
+            return tf.cond(self.valid, lambda: (self.embeddings.read_value(), self.values.read_value()), fill)
+
+        return tf.cond(self.active, cached, compute)
+
+
 # ------------------------------------------------------------------------------ memory
 class GraphMemory(ReservoirMemory):
     """Reservoir memory plus GCL's per-slot best context loss and its learned context graph:
@@ -360,6 +400,9 @@ class Method(ContinualModel):
         use_cache = (cfg.stochastic_graphs and TestNoiseCache.fits(noise_shape)
                      and tf.distribute.get_strategy().num_replicas_in_sync == 1)
         self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
+        # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
+        one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
+        self._contexts = ContextCache(cfg.memory_size, hidden, hidden + num_classes + 1) if one_device else None
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
@@ -603,23 +646,40 @@ class Method(ContinualModel):
                        tf.boolean_mask(embeddings[k:], stored))
 
     # -------------------------------------------------------------- prediction
+    def memory_contexts(self):
+        """What predictions attend to: the memory's edge embeddings [M, H] and the values
+        :meth:`aggregate` reads [M, H + K + 1] (test-mode trunk on all M memory images)."""
+        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
+        return u_c, self.context_values(l_c, self.memory.labels, self.memory.filled())
+
+    def begin_evaluation(self) -> None:
+        if self._contexts is not None:
+            self._contexts.open()
+
+    def end_evaluation(self) -> None:
+        if self._contexts is not None:
+            self._contexts.close()
+
     def predict_log_probs(self, x, class_mask, samples=None, seed=None):
         """log p(y | x, memory) averaged over ``samples`` test-time graphs   [N, K].
 
-        V (and the context embeddings) are computed once per call, not once per sample.
+        V (and the context embeddings) are computed once per call, not once per sample, and
+        inside an evaluation scope once per scope (ContextCache).
         """
         cfg = self.method_config
         samples = cfg.test_graph_samples if samples is None else samples
         if not cfg.stochastic_graphs:
             samples = 1
-        # The cache serves the evaluation's own seed; an explicit seed (serving) draws afresh.
-        cached = (seed is None and self._test_noise is not None
-                  and (samples, x.shape[0]) == self._test_noise.shape[:2])
-        if seed is None:
+        # The caches serve the evaluation's own predictions; an explicit seed (serving) computes afresh.
+        own = seed is None
+        cached = own and self._test_noise is not None and (samples, x.shape[0]) == self._test_noise.shape[:2]
+        if own:
             seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
-        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
+        if own and self._contexts is not None:
+            u_c, values = self._contexts.get(self.memory_contexts)
+        else:
+            u_c, values = self.memory_contexts()
         u_t, _ = self.embed(x, training=False)  # [N, H]
-        values = self.context_values(l_c, self.memory.labels, self.memory.filled())  # [M, H + K + 1]
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         replicas = num_replicas()
         if not cfg.stochastic_graphs:
