@@ -16,12 +16,21 @@ def _default(value):
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def _new_file_mode() -> int:
+    """The permissions ``open()`` would give a new file: 0o666 less the process umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: str, data: bytes | str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
+        # mkstemp creates the file private (0600); give it the mode a plain write would have
+        os.chmod(tmp, _new_file_mode())
         with os.fdopen(fd, mode) as handle:
             handle.write(data)
             handle.flush()

@@ -405,6 +405,22 @@ def test_an_interrupted_atomic_write_keeps_the_previous_file(tmp_path, monkeypat
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["results.json"]
 
 
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path):
+    """Files written atomically are readable as a plain open() would leave them (umask applies),
+    not private like the temporary file they start as."""
+    from gcl_tf import io
+
+    old = os.umask(0o022)
+    try:
+        io.write_json_atomic(str(tmp_path / "a.json"), {"acc": 1.0})
+        os.umask(0o077)
+        io.write_atomic(str(tmp_path / "b.md"), "text")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.md").stat().st_mode & 0o777 == 0o600
+
+
 def test_train_writes_results_through_the_atomic_writer(tmp_path, monkeypatch):
     from gcl_tf import train
 
