@@ -39,6 +39,7 @@ BENCHMARK_LABELS = {
     "split_miniimagenet": "Split MiniImageNet",
     "permuted_fashion_mnist": "Permuted Fashion-MNIST",
     "rotated_fashion_mnist": "Rotated Fashion-MNIST",
+    "split_fashion_mnist": "Split Fashion-MNIST",
     "quickstart": "Permuted digits",
 }
 
