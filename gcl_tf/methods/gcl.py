@@ -375,6 +375,8 @@ class Method(ContinualModel):
         hidden = config.model.hidden_size
         self.hidden_size = hidden
         self.trunk = build_backbone(config.model, input_shape)
+        self._per_image_trunk = not any(isinstance(layer, keras.layers.BatchNormalization)
+                                        for layer in self.trunk._flatten_layers(include_self=False))
         feature_dim = self.trunk.output_shape[-1]
         # f_theta1 (edge head) and f_theta2 (latent head): ReLU is the trunk's last op.
         self.edge_head = keras.layers.Dense(hidden, name="edge_head")
@@ -408,6 +410,19 @@ class Method(ContinualModel):
     def embed(self, images, training):
         """Trunk + heads: (u edge embeddings [N, H], l latent embeddings [N, H])."""
         features = self.trunk(images, training=training)
+        return self.edge_head(features), self.latent_head(features)
+
+    def embed_step(self, context_images, x):
+        """:meth:`embed` (training mode) of the contexts then the targets   [k + T, H] each.
+
+        A trunk that sees each image alone (no BatchNorm) runs on the two parts separately, so
+        the memory's images go in as they are read, with no copy into a joint batch; a trunk with
+        BatchNorm needs them in one batch (the statistics are over contexts and targets).
+        """
+        if self._per_image_trunk:
+            features = tf.concat([self.trunk(context_images, training=True), self.trunk(x, training=True)], axis=0)
+        else:
+            features = self.trunk(tf.concat([context_images, x], axis=0), training=True)
         return self.edge_head(features), self.latent_head(features)
 
     def context_values(self, latents, labels, valid):
@@ -467,7 +482,8 @@ class Method(ContinualModel):
         """Images of the context slots [k, ...]. Invalid entries repeat valid ones, or the
         ``fallback`` images while nothing is valid (the first batch), so that BatchNorm statistics
         are computed on real images; invalid contexts are masked out of the graphs. (Once every
-        context is valid, the usual case, one gather and no other pass over the images.)"""
+        context is valid, the usual case, one gather and no other pass over the images; for the
+        whole memory in slot order not even that.)"""
         k = slots.shape[0]
         num_valid = tf.reduce_sum(tf.cast(valid, tf.int32))
 
@@ -479,7 +495,14 @@ class Method(ContinualModel):
             tiled = tf.gather(fallback, tf.math.floormod(tf.range(k), fallback.shape[0]))
             return tf.where(num_valid > 0, images, tiled)
 
-        return tf.cond(num_valid == k, lambda: tf.gather(self.memory.images, slots), repeated)
+        def gathered():
+            return tf.gather(self.memory.images, slots)
+
+        whole = gathered
+        if k == self.capacity:  # the whole memory, in slot order as select_contexts gives it: a plain read
+            in_order = tf.reduce_all(tf.equal(slots, tf.range(k, dtype=slots.dtype)))
+            whole = lambda: tf.cond(in_order, self.memory.images.read_value, gathered)  # noqa: E731
+        return tf.cond(num_valid == k, whole, repeated)
 
     def _context_images(self):
         """All M memory images (unfilled slots repeat filled ones)."""
@@ -542,9 +565,8 @@ class Method(ContinualModel):
             slots, valid = self.select_contexts()
         k = slots.shape[0]
         context_labels = tf.gather(self.memory.labels, slots)
-        images = tf.concat([self.context_images(slots, valid, fallback=x), x], axis=0)  # [k + T, ...]
         seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
-        u, latents = self.embed(images, training=True)  # [k + T, H] each
+        u, latents = self.embed_step(self.context_images(slots, valid, fallback=x), x)  # [k + T, H] each
         rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
         context_cols, target_cols = tf.split(cols, [k, x.shape[0]])  # (splits: their gradient is one concat)
         log_k = tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
