@@ -12,7 +12,8 @@ def test_throughput_quick_writes_every_section(tmp_path):
     assert report["matmul_gflops"] > 0
     assert [r["traces"] for r in report["gcl_steps"]] == [1, 1, 1, 1]  # no retracing
     assert "GEMMs alone" in report["gcl_steps"][1]["what"]  # the MLP step's ceiling
-    assert all(r["ms"] > 0 and r["gflop"] > 0 for r in report["gcl_steps"])
+    assert all(r["ms"] > 0 and r["gflop"] > 0 and r["matmul_gflops"] > 0 for r in report["gcl_steps"])
+    assert report["matmul_gflops_range"][0] <= report["matmul_gflops"] <= report["matmul_gflops_range"][1]
     assert report["eval_ratio"] > 1.0 and report["eval_flop_ratio"] > 1.0  # 30 graph samples cost more than one
     assert len(report["gcl_eval"]) == 4  # 1 sample, 30; 30 without the context cache, without either cache
     assert len(report["keras_overhead"]) == 4 and len(report["input_pipeline"]) == 2

@@ -59,6 +59,20 @@ def matmul_rate(repeats: int, size: int = MATMUL_SIZE) -> float:
     return 2.0 * size ** 3 / seconds / 1e9
 
 
+class MatmulReference:
+    """The matmul rate, measured again just before every timed row: on a shared machine the clock
+    and the neighbours drift within one run (measured here: 210 to 450 GFLOP/s), so each row is a
+    fraction of the rate next to it, not of one figure taken at the start."""
+
+    def __init__(self, repeats: int):
+        self.repeats = max(10, repeats)
+        self.rates: list[float] = []
+
+    def __call__(self) -> float:
+        self.rates.append(matmul_rate(self.repeats))
+        return self.rates[-1]
+
+
 # ----------------------------------------------------------------------------- FLOPs
 def layer_flops(model, batch: int) -> tuple[float, float]:
     """Forward FLOPs of a Keras model's Dense and Conv2D layers for ``batch`` inputs, and those of
@@ -253,7 +267,7 @@ def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False)
 
 
 # ----------------------------------------------------------------------------- sections
-def gcl_step_section(rate, repeats, quick):
+def gcl_step_section(reference, repeats, quick):
     rows = []
     mlp_memory, conv_memory = (200, 50) if quick else (1000, 250)
     for name, shape, memory, backbone, jit in [
@@ -262,26 +276,29 @@ def gcl_step_section(rate, repeats, quick):
         (f"GCL step, ConvNet, memory {conv_memory}", (32, 32, 3), conv_memory, "convnet", False),
     ]:
         model = make_model("gcl", shape, memory=memory, backbone=backbone)
+        rate = reference()
         seconds, traces = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)), jit)
         flops = gcl_step_flops(model, 10)
         rows.append({
             "what": name, "ms": 1e3 * seconds, "images_per_s": 10 / seconds, "gflop": flops / 1e9,
-            "gflops": flops / seconds / 1e9, "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces,
+            "gflops": flops / seconds / 1e9, "matmul_gflops": rate, "fraction_of_matmul": flops / seconds / 1e9 / rate,
+            "traces": traces,
         })
         if backbone == "mlp" and not jit:
             # The ceiling: the same step's GEMMs alone, back to back, with no other work at all.
             gemms = gcl_step_gemms(model, 10)
+            rate = reference()
             seconds = time_gemms(gemms, repeats)
             gemm_flops = sum(2.0 * m * k * n for m, k, n, *_ in gemms)
             rows.append({
                 "what": f"the same step's {len(gemms)} GEMMs alone (its ceiling)", "ms": 1e3 * seconds,
                 "images_per_s": 10 / seconds, "gflop": gemm_flops / 1e9, "gflops": gemm_flops / seconds / 1e9,
-                "fraction_of_matmul": gemm_flops / seconds / 1e9 / rate, "traces": 1,
+                "matmul_gflops": rate, "fraction_of_matmul": gemm_flops / seconds / 1e9 / rate, "traces": 1,
             })
     return rows
 
 
-def gcl_eval_section(rate, repeats, quick):
+def gcl_eval_section(reference, repeats, quick):
     """One evaluation pass over a test split (20 batches of 500 images; 4 in quick mode), as the
     training loop runs it at each task end (inside ``model.evaluation_scope()``): ms per image
     with 1 and 30 graph samples, and 30 samples without the evaluation's caches (the memory's
@@ -313,13 +330,14 @@ def gcl_eval_section(rate, repeats, quick):
         model._test_noise = noise_cache if noise_cached else None
         scope = model.evaluation_scope if contexts_cached else contextlib.nullcontext
         predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))  # traced with this cache
+        rate = reference()
         seconds = median_seconds(lambda: evaluation(predict, samples, scope), max(3, repeats // 4)) / (count * batch)
         flops = gcl_eval_flops(model, count * batch, samples, 1 if contexts_cached else count) / (count * batch)
         what = f"GCL evaluation, {samples} graph sample{'s' if samples > 1 else ''}"
         if not contexts_cached:
             what += ", memory embedded per batch" + (", noise drawn per batch" if not noise_cached else "")
         rows.append({"what": what, "samples": samples, "ms_per_image": 1e3 * seconds, "gflops": flops / seconds / 1e9,
-                     "fraction_of_matmul": flops / seconds / 1e9 / rate})
+                     "matmul_gflops": rate, "fraction_of_matmul": flops / seconds / 1e9 / rate})
     model._test_noise = noise_cache
     ratio = rows[1]["ms_per_image"] / rows[0]["ms_per_image"]
     flop_ratio = gcl_eval_flops(model, count * batch, 30) / gcl_eval_flops(model, count * batch, 1)
@@ -375,7 +393,7 @@ def input_pipeline_section(repeats, quick):
     return rows
 
 
-def memory_sweep_section(rate, repeats, quick, sizes):
+def memory_sweep_section(reference, repeats, quick, sizes):
     rows = []
     variants = [("matrix", {}), ("embeddings", {"edge_memory": "embeddings"}),
                 ("context_batch 250", {"edge_memory": "embeddings", "context_batch": 250})]
@@ -385,10 +403,11 @@ def memory_sweep_section(rate, repeats, quick, sizes):
             if "context_batch" in keys and keys["context_batch"] > memory:
                 continue
             model = make_model("gcl", shape, memory=memory, **keys)
+            rate = reference()
             seconds, traces = time_train_step(model, shape, max(3, repeats // (1 + memory // 1000)))
             flops = gcl_step_flops(model, 10)
             rows.append({"memory": memory, "variant": name, "ms": 1e3 * seconds, "gflops": flops / seconds / 1e9,
-                         "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces})
+                         "matmul_gflops": rate, "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces})
             print(f"  memory {memory:5d} {name:18s} {1e3 * seconds:8.1f} ms/step  traces {traces}", flush=True)
     return rows
 
@@ -396,11 +415,14 @@ def memory_sweep_section(rate, repeats, quick, sizes):
 # ----------------------------------------------------------------------------- report
 def markdown(report) -> str:
     lines = [f"# Throughput", "", f"Command: `{report['command']}`", "",
-             f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process: **{report['matmul_gflops']:.0f} GFLOP/s**", ""]
-    lines += ["| step | ms/step | images/s | GFLOP/step | GFLOP/s | of matmul | traces |", "|---|---|---|---|---|---|---|"]
+             f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process, measured again before every timed row: "
+             f"median **{report['matmul_gflops']:.0f} GFLOP/s** (from {report['matmul_gflops_range'][0]:.0f} to "
+             f"{report['matmul_gflops_range'][1]:.0f}); each row's fraction is of the measurement just before it.", ""]
+    lines += ["| step | ms/step | images/s | GFLOP/step | GFLOP/s | matmul GFLOP/s | of matmul | traces |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in report["gcl_steps"]:
         lines.append(f"| {r['what']} | {r['ms']:.1f} | {r['images_per_s']:.0f} | {r['gflop']:.2f} | {r['gflops']:.0f} "
-                     f"| {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |")
+                     f"| {r['matmul_gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |")
     steps = report["gcl_steps"]
     if len(steps) > 1 and "GEMMs alone" in steps[1]["what"]:
         step, ceiling = steps[0], steps[1]
@@ -469,23 +491,24 @@ def main(argv=None) -> int:
         sizes = [50, 100]
     command = "python -m gcl_tf.benchmark throughput " + " ".join(argv if argv is not None else sys.argv[1:])
     print("matmul ...", flush=True)
-    rate = matmul_rate(max(10, repeats))
-    print(f"  {rate:.0f} GFLOP/s", flush=True)
+    reference = MatmulReference(repeats)
+    print(f"  {reference():.0f} GFLOP/s", flush=True)
     print("GCL training steps ...", flush=True)
-    steps = gcl_step_section(rate, repeats, args.quick)
+    steps = gcl_step_section(reference, repeats, args.quick)
     for r in steps:
         print(f"  {r['what']}: {r['ms']:.1f} ms, {r['gflops']:.0f} GFLOP/s = {100 * r['fraction_of_matmul']:.0f}% of matmul",
               flush=True)
     print("GCL evaluation ...", flush=True)
-    evaluation, ratio, flop_ratio = gcl_eval_section(rate, repeats, args.quick)
+    evaluation, ratio, flop_ratio = gcl_eval_section(reference, repeats, args.quick)
     print(f"  30 samples / 1 sample: {ratio:.2f}x (analytic FLOPs {flop_ratio:.2f}x)", flush=True)
     print("Keras overhead ...", flush=True)
     overhead = keras_overhead_section(repeats, args.quick)
     print("input pipeline ...", flush=True)
     pipeline = input_pipeline_section(repeats, args.quick)
     print("memory sweep ...", flush=True)
-    sweep = memory_sweep_section(rate, repeats, args.quick, sizes)
-    report = {"command": command, "matmul_gflops": rate, "gcl_steps": steps, "gcl_eval": evaluation,
+    sweep = memory_sweep_section(reference, repeats, args.quick, sizes)
+    report = {"command": command, "matmul_gflops": float(np.median(reference.rates)),
+              "matmul_gflops_range": [min(reference.rates), max(reference.rates)], "gcl_steps": steps, "gcl_eval": evaluation,
               "eval_ratio": ratio, "eval_flop_ratio": flop_ratio, "keras_overhead": overhead, "input_pipeline": pipeline, "memory_sweep": sweep}
     text = markdown(report)
     print(text)

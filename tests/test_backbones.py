@@ -1,0 +1,68 @@
+"""The backbones: the fused BatchNorm against Keras's own, and the ConvNet's shapes."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from gcl_tf import backbones
+
+
+def twin_layers(shape):
+    fused = backbones.FusedBatchNormalization(**backbones.BN)
+    plain = keras.layers.BatchNormalization(**backbones.BN)
+    for layer in (fused, plain):
+        layer.build(shape)
+    rng = np.random.default_rng(0)
+    for name in ("gamma", "beta", "moving_mean", "moving_variance"):
+        value = rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32)
+        getattr(fused, name).assign(value)
+        getattr(plain, name).assign(value)
+    return fused, plain
+
+
+def test_fused_batchnorm_matches_keras_in_training_and_inference():
+    """Same outputs and gradients (input, gamma, beta) as keras.layers.BatchNormalization, the same
+    moving mean, and the moving variance updated with the unbiased batch variance."""
+    shape = (6, 5, 4, 3)
+    fused, plain = twin_layers(shape)
+    x = tf.constant(np.random.default_rng(1).normal(2.0, 3.0, shape).astype(np.float32))
+    results = []
+    for layer in (fused, plain):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(y * tf.range(y.shape[-1], dtype=tf.float32) + y ** 2)
+        grads = tape.gradient(loss, [x, layer.gamma, layer.beta])
+        assert all(g is not None for g in grads)
+        results.append((y.numpy(), [g.numpy() for g in grads]))
+    (y_fused, g_fused), (y_plain, g_plain) = results
+    np.testing.assert_allclose(y_fused, y_plain, rtol=1e-4, atol=1e-5)
+    for a, b in zip(g_fused, g_plain):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(fused.moving_mean.numpy(), plain.moving_mean.numpy(), rtol=1e-6)
+    n = np.prod(shape[:-1])
+    batch_var = x.numpy().reshape(-1, shape[-1]).var(axis=0)  # biased
+    start = twin_layers(shape)[0].moving_variance.numpy()
+    np.testing.assert_allclose(fused.moving_variance.numpy(), 0.9 * start + 0.1 * batch_var * n / (n - 1), rtol=1e-5)
+    np.testing.assert_allclose(plain.moving_variance.numpy(), 0.9 * start + 0.1 * batch_var, rtol=1e-5)
+    # inference: the moving statistics (set equal first)
+    fused.moving_variance.assign(plain.moving_variance)
+    np.testing.assert_allclose(fused(x, training=False).numpy(), plain(x, training=False).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_fused_batchnorm_falls_back_to_keras_off_its_path():
+    """A 2-D input takes Keras's own computation (the fused kernel is for 4-D channels-last)."""
+    fused, plain = twin_layers((7, 3))
+    x = tf.constant(np.random.default_rng(2).normal(size=(7, 3)).astype(np.float32))
+    np.testing.assert_allclose(fused(x, training=True).numpy(), plain(x, training=True).numpy(), rtol=1e-6)
+
+
+def test_convnet_convolutions_have_no_bias_before_batchnorm():
+    net = backbones.convnet((32, 32, 3))
+    convs = [layer for layer in net.layers if isinstance(layer, keras.layers.Conv2D)]
+    assert len(convs) == 6 and all(not conv.use_bias for conv in convs)
+    assert net.output_shape == (None, 256)
+    assert sum(isinstance(layer, backbones.FusedBatchNormalization) for layer in net.layers) == 6
