@@ -48,6 +48,22 @@ def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
     return float(np.median(times))
 
 
+def interleaved_seconds(fns: dict, rounds: int, warmup: int = 1) -> dict:
+    """Median wall time of each ``fns[key]()``, timed in turns (one call of each per round), so
+    that the machine's drift within a run (clock, neighbours) falls on every variant alike and
+    their ratios hold."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {key: [] for key in fns}
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    return {key: float(np.median(values)) for key, values in times.items()}
+
+
 def matmul_rate(repeats: int, size: int = MATMUL_SIZE) -> float:
     """GFLOP/s of a dense float32 ``size^3`` matmul (tf.function), in this process."""
     import tensorflow as tf
@@ -302,8 +318,8 @@ def gcl_eval_section(reference, repeats, quick):
     """One evaluation pass over a test split (20 batches of 500 images; 4 in quick mode), as the
     training loop runs it at each task end (inside ``model.evaluation_scope()``): ms per image
     with 1 and 30 graph samples, and 30 samples without the evaluation's caches (the memory's
-    embeddings computed per batch; and the test noise drawn per batch too). The training step
-    counter moves before every pass, so every pass draws its own noise."""
+    embeddings computed per batch; and the test noise drawn per batch too), timed in turns. The
+    training step counter moves before every pass, so every pass draws its own noise."""
     import contextlib
 
     import tensorflow as tf
@@ -323,15 +339,23 @@ def gcl_eval_section(reference, repeats, quick):
                 out = predict(b, samples)
             out.numpy()
 
-    rows = []
     noise_cache = model._test_noise
-    for samples, contexts_cached, noise_cached in ((1, True, True), (30, True, True), (30, False, True),
-                                                   (30, False, False)):
-        model._test_noise = noise_cache if noise_cached else None
+    variants = [(1, True, True), (30, True, True), (30, False, True), (30, False, False)]
+    passes = {}
+    for samples, contexts_cached, noise_cached in variants:
+        model._test_noise = noise_cache if noise_cached else None  # read when predict is traced
+        predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))
         scope = model.evaluation_scope if contexts_cached else contextlib.nullcontext
-        predict = tf.function(lambda x, s: model.predict_log_probs(x, mask, samples=s))  # traced with this cache
-        rate = reference()
-        seconds = median_seconds(lambda: evaluation(predict, samples, scope), max(3, repeats // 4)) / (count * batch)
+        passes[(samples, contexts_cached, noise_cached)] = (
+            lambda predict=predict, samples=samples, scope=scope: evaluation(predict, samples, scope))
+        passes[(samples, contexts_cached, noise_cached)]()  # trace it with this cache
+    model._test_noise = noise_cache
+    rate = reference()
+    seconds_per_pass = interleaved_seconds(passes, max(3, repeats // 4))
+    rate = (rate + reference()) / 2
+    rows = []
+    for samples, contexts_cached, noise_cached in variants:
+        seconds = seconds_per_pass[(samples, contexts_cached, noise_cached)] / (count * batch)
         flops = gcl_eval_flops(model, count * batch, samples, 1 if contexts_cached else count) / (count * batch)
         what = f"GCL evaluation, {samples} graph sample{'s' if samples > 1 else ''}"
         if not contexts_cached:
@@ -345,28 +369,27 @@ def gcl_eval_section(reference, repeats, quick):
 
 
 def keras_overhead_section(repeats, quick):
-    """ER and Finetune through model.fit: ms per step with steps_per_execution 1 and 20."""
+    """ER and Finetune through model.fit: ms per step with steps_per_execution 1 and 20 (timed in turns)."""
     import tensorflow as tf
 
     shape = (28, 28, 1)
     steps = 40 if quick else 400
     x, y = random_batches(shape, steps)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(10, drop_remainder=True).cache().prefetch(8)
-    rows = []
+    fits = {}
     for method in ("er", "finetune"):
         for per_call in (1, 20):
             extra = {"memory": 1000} if method == "er" else {}
             model = make_model(method, shape, hidden=400, steps_per_execution=per_call, **extra)
-            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)  # trace, warm up
-            seconds = median_seconds(lambda: model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0),
-                                     max(2, repeats // 5), warmup=0)
-            rows.append({"what": f"{method}, steps_per_execution {per_call}", "ms_per_step": 1e3 * seconds / steps})
-    return rows
+            fits[f"{method}, steps_per_execution {per_call}"] = (
+                lambda model=model: model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0))
+    seconds = interleaved_seconds(fits, max(3, repeats // 5))  # in turns: the ratios hold under drift
+    return [{"what": what, "ms_per_step": 1e3 * seconds[what] / steps} for what in fits]
 
 
 def input_pipeline_section(repeats, quick):
     """Fraction of a fit's time spent waiting for input: the real task stream against the same
-    number of steps on one batch already in memory."""
+    number of steps on one batch already in memory (timed in turns)."""
     import tensorflow as tf
 
     from gcl_tf.data.sources import SplitData
@@ -383,11 +406,11 @@ def input_pipeline_section(repeats, quick):
         if quick:
             extra = {"memory": 50}
         model = make_model(method, shape, **extra)
-        model.fit(constant, epochs=1, steps_per_epoch=steps, verbose=0)
-        fed = median_seconds(lambda: model.fit(stream, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False),
-                             max(2, repeats // 5), warmup=1)
-        resident = median_seconds(lambda: model.fit(constant, epochs=1, steps_per_epoch=steps, verbose=0),
-                                  max(2, repeats // 5), warmup=1)
+        times = interleaved_seconds({
+            "fed": lambda: model.fit(stream, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False),
+            "resident": lambda: model.fit(constant, epochs=1, steps_per_epoch=steps, verbose=0),
+        }, max(3, repeats // 4))
+        fed, resident = times["fed"], times["resident"]
         rows.append({"what": f"{method} ({steps} steps)", "ms_per_step": 1e3 * fed / steps,
                      "input_wait_fraction": max(0.0, (fed - resident) / fed)})
     return rows
