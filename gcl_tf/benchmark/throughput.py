@@ -1,8 +1,9 @@
 """Speed of the compiled steps: ``python -m gcl_tf.benchmark throughput [--output DIR]``.
 
 Everything is measured in one process, after warm-up, as medians of repeated timings; speeds are
-reported as ratios to a dense float32 matmul timed in the same process (these machines are
-shared, absolute times drift). Sections:
+reported as fractions of a dense float32 matmul timed in turns with each row (one matmul, one
+step, one matmul, ...), and variants compared within a section are timed in turns too: these
+machines are shared and their speed drifts within a run. Sections:
 
 - GCL training step: MLP trunk at memory 1000 (28x28x1), ConvNet at memory 250 (32x32x3);
   median ms per step, stream images per second, the analytic FLOPs of the step, achieved GFLOP/s
@@ -64,29 +65,37 @@ def interleaved_seconds(fns: dict, rounds: int, warmup: int = 1) -> dict:
     return {key: float(np.median(values)) for key, values in times.items()}
 
 
-def matmul_rate(repeats: int, size: int = MATMUL_SIZE) -> float:
-    """GFLOP/s of a dense float32 ``size^3`` matmul (tf.function), in this process."""
-    import tensorflow as tf
-
-    a = tf.random.stateless_normal([size, size], seed=[1, 2])
-    b = tf.random.stateless_normal([size, size], seed=[3, 4])
-    fn = tf.function(lambda: tf.matmul(a, b))
-    seconds = median_seconds(lambda: fn().numpy(), repeats)
-    return 2.0 * size ** 3 / seconds / 1e9
-
-
 class MatmulReference:
-    """The matmul rate, measured again just before every timed row: on a shared machine the clock
-    and the neighbours drift within one run (measured here: 210 to 450 GFLOP/s), so each row is a
-    fraction of the rate next to it, not of one figure taken at the start."""
+    """The dense matmul every speed is a fraction of, timed in turns with what it is compared to:
+    on a shared machine the clock and the neighbours drift within one run (measured here: 210 to
+    450 GFLOP/s), so a rate taken once at the start, or even just before a row, can be far from
+    the conditions the row ran in."""
 
-    def __init__(self, repeats: int):
+    def __init__(self, repeats: int, size: int = MATMUL_SIZE):
+        import tensorflow as tf
+
+        a = tf.random.stateless_normal([size, size], seed=[1, 2])
+        b = tf.random.stateless_normal([size, size], seed=[3, 4])
+        self._product = tf.function(lambda: tf.matmul(a, b))
+        self.flops = 2.0 * size ** 3
         self.repeats = max(10, repeats)
         self.rates: list[float] = []
 
-    def __call__(self) -> float:
-        self.rates.append(matmul_rate(self.repeats))
+    def matmul(self) -> None:
+        self._product().numpy()
+
+    def rate(self, seconds: float) -> float:
+        """GFLOP/s of a matmul that took ``seconds`` (recorded for the report)."""
+        self.rates.append(self.flops / seconds / 1e9)
         return self.rates[-1]
+
+    def __call__(self) -> float:
+        return self.rate(median_seconds(self.matmul, self.repeats))
+
+    def paired(self, fn, rounds: int) -> tuple[float, float]:
+        """Median seconds of ``fn()`` and the matmul's GFLOP/s, one of each per round."""
+        times = interleaved_seconds({"fn": fn, "matmul": self.matmul}, rounds)
+        return times["fn"], self.rate(times["matmul"])
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -167,9 +176,10 @@ def gcl_step_gemms(model, batch: int):
     return gemms
 
 
-def time_gemms(gemms, repeats: int) -> float:
+def time_gemms(gemms, repeats: int, reference=None):
     """Median seconds of running ``gemms`` one after another (each waits for the previous, as in
-    the step) in one tf.function, on random operands passed in (nothing constant-folds)."""
+    the step) in one tf.function, on random operands passed in (nothing constant-folds); with a
+    ``reference``, ``(seconds, matmul GFLOP/s timed in turns)``."""
     import tensorflow as tf
 
     operands = []
@@ -189,7 +199,13 @@ def time_gemms(gemms, repeats: int) -> float:
             previous = [out]
         return outputs
 
-    return median_seconds(lambda: [o.shape for o in run(operands)], repeats)
+    def once():
+        return [o.shape for o in run(operands)]
+
+    if reference is None:
+        return median_seconds(once, repeats)
+    once()  # trace
+    return reference.paired(once, repeats)
 
 
 def gcl_eval_flops(model, images: int, samples: int, context_passes: int = 1) -> float:
@@ -266,8 +282,9 @@ def fill_memory(step, model, input_shape):
     return x[-10:], y[-10:]
 
 
-def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False):
-    """Median seconds per training step once the memory is full, and the number of traces."""
+def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False, reference=None):
+    """Median seconds per training step once the memory is full, the number of traces, and the
+    matmul's GFLOP/s timed in turns with the steps (None without a ``reference``)."""
     import tensorflow as tf
 
     step, traces = counting_step(model, jit_compile)
@@ -278,8 +295,10 @@ def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False)
         logs = step(bx, by)
         float(logs["loss"])
 
-    seconds = median_seconds(one, repeats)
-    return seconds, len(traces)
+    if reference is None:
+        return median_seconds(one, repeats), len(traces), None
+    seconds, rate = reference.paired(one, repeats)
+    return seconds, len(traces), rate
 
 
 # ----------------------------------------------------------------------------- sections
@@ -292,8 +311,8 @@ def gcl_step_section(reference, repeats, quick):
         (f"GCL step, ConvNet, memory {conv_memory}", (32, 32, 3), conv_memory, "convnet", False),
     ]:
         model = make_model("gcl", shape, memory=memory, backbone=backbone)
-        rate = reference()
-        seconds, traces = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)), jit)
+        seconds, traces, rate = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)), jit,
+                                                reference)
         flops = gcl_step_flops(model, 10)
         rows.append({
             "what": name, "ms": 1e3 * seconds, "images_per_s": 10 / seconds, "gflop": flops / 1e9,
@@ -303,8 +322,7 @@ def gcl_step_section(reference, repeats, quick):
         if backbone == "mlp" and not jit:
             # The ceiling: the same step's GEMMs alone, back to back, with no other work at all.
             gemms = gcl_step_gemms(model, 10)
-            rate = reference()
-            seconds = time_gemms(gemms, repeats)
+            seconds, rate = time_gemms(gemms, repeats, reference)
             gemm_flops = sum(2.0 * m * k * n for m, k, n, *_ in gemms)
             rows.append({
                 "what": f"the same step's {len(gemms)} GEMMs alone (its ceiling)", "ms": 1e3 * seconds,
@@ -350,9 +368,8 @@ def gcl_eval_section(reference, repeats, quick):
             lambda predict=predict, samples=samples, scope=scope: evaluation(predict, samples, scope))
         passes[(samples, contexts_cached, noise_cached)]()  # trace it with this cache
     model._test_noise = noise_cache
-    rate = reference()
-    seconds_per_pass = interleaved_seconds(passes, max(3, repeats // 4))
-    rate = (rate + reference()) / 2
+    seconds_per_pass = interleaved_seconds({**passes, "matmul": reference.matmul}, max(3, repeats // 4))
+    rate = reference.rate(seconds_per_pass["matmul"])
     rows = []
     for samples, contexts_cached, noise_cached in variants:
         seconds = seconds_per_pass[(samples, contexts_cached, noise_cached)] / (count * batch)
@@ -426,8 +443,8 @@ def memory_sweep_section(reference, repeats, quick, sizes):
             if "context_batch" in keys and keys["context_batch"] > memory:
                 continue
             model = make_model("gcl", shape, memory=memory, **keys)
-            rate = reference()
-            seconds, traces = time_train_step(model, shape, max(3, repeats // (1 + memory // 1000)))
+            seconds, traces, rate = time_train_step(model, shape, max(3, repeats // (1 + memory // 1000)),
+                                                    reference=reference)
             flops = gcl_step_flops(model, 10)
             rows.append({"memory": memory, "variant": name, "ms": 1e3 * seconds, "gflops": flops / seconds / 1e9,
                          "matmul_gflops": rate, "fraction_of_matmul": flops / seconds / 1e9 / rate, "traces": traces})
@@ -438,9 +455,10 @@ def memory_sweep_section(reference, repeats, quick, sizes):
 # ----------------------------------------------------------------------------- report
 def markdown(report) -> str:
     lines = [f"# Throughput", "", f"Command: `{report['command']}`", "",
-             f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process, measured again before every timed row: "
+             f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process, timed in turns with every row: "
              f"median **{report['matmul_gflops']:.0f} GFLOP/s** (from {report['matmul_gflops_range'][0]:.0f} to "
-             f"{report['matmul_gflops_range'][1]:.0f}); each row's fraction is of the measurement just before it.", ""]
+             f"{report['matmul_gflops_range'][1]:.0f} over the run); each row's fraction is of the matmul timed "
+             f"in turns with it.", ""]
     lines += ["| step | ms/step | images/s | GFLOP/step | GFLOP/s | matmul GFLOP/s | of matmul | traces |",
               "|---|---|---|---|---|---|---|---|"]
     for r in report["gcl_steps"]:
