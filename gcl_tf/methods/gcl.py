@@ -210,7 +210,7 @@ def context_graph_regularizer(logits, stored_logits, regularized):
 # TensorFlow kernels (one pass over memory each), forward and backward. Measured on a 2-core CPU
 # at memory 1000: 6.0 -> 1.4 ms alone, a GCL step 31 -> 28 ms. Only the regulariser: fusing the
 # graph sampling gained nothing there, and XLA's CPU GEMMs are slower than TensorFlow's oneDNN
-# ones (a whole-step jit_compile is ~6x slower).
+# ones (a whole-step jit_compile is ~7x slower).
 context_graph_regularizer_fused = tf.function(context_graph_regularizer, jit_compile=True)
 
 
