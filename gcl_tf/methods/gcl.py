@@ -270,6 +270,13 @@ def average_log_probs(log_probs):
 TEST_NOISE_CACHE_BYTES = 256 * 2**20
 
 
+def keep(variables, values, *bookkeeping):
+    """Store ``values`` in the cache ``variables`` (with the ``bookkeeping`` writes) and return
+    them, read after the writes: the fill branch of both evaluation caches."""
+    with tf.control_dependencies([v.assign(x) for v, x in zip(variables, values)] + list(bookkeeping)):
+        return tuple(tf.identity(x) for x in values)
+
+
 class TestNoiseCache:
     """The logistic noise of the test-time graphs, drawn once per evaluation.
 
@@ -297,9 +304,7 @@ class TestNoiseCache:
         """Noise for ``seed`` [S, N, M]: the cached draw, or a new one if the seed moved."""
 
         def redraw():
-            noise = logistic_noise(self.shape, seed)
-            with tf.control_dependencies([self.noise.assign(noise), self.seed.assign(seed)]):
-                return tf.identity(noise)
+            return keep([self.noise], [logistic_noise(self.shape, seed)], self.seed.assign(seed))[0]
 
         stale = tf.reduce_any(tf.not_equal(self.seed, seed))
         return tf.cond(stale, redraw, self.noise.read_value)
@@ -334,10 +339,7 @@ class ContextCache:
         """``compute() -> (embeddings, values)``, or its result kept from earlier in this span."""
 
         def fill():
-            embeddings, values = compute()
-            with tf.control_dependencies([self.embeddings.assign(embeddings), self.values.assign(values),
-                                          self.valid.assign(True)]):
-                return tf.identity(embeddings), tf.identity(values)
+            return keep([self.embeddings, self.values], compute(), self.valid.assign(True))
 
         def cached():
             return tf.cond(self.valid, lambda: (self.embeddings.read_value(), self.values.read_value()), fill)
@@ -481,28 +483,21 @@ class Method(ContinualModel):
     def context_images(self, slots, valid, fallback=None):
         """Images of the context slots [k, ...]. Invalid entries repeat valid ones, or the
         ``fallback`` images while nothing is valid (the first batch), so that BatchNorm statistics
-        are computed on real images; invalid contexts are masked out of the graphs. (Once every
-        context is valid, the usual case, one gather and no other pass over the images; for the
-        whole memory in slot order not even that.)"""
+        are computed on real images; invalid contexts are masked out of the graphs. (One gather and
+        no other pass over the images; for the whole memory in slot order not even that.)"""
         k = slots.shape[0]
         num_valid = tf.reduce_sum(tf.cast(valid, tf.int32))
-
-        def repeated():
-            source = tf.gather(slots, tf.math.floormod(tf.range(k), tf.maximum(num_valid, 1)))
-            images = tf.gather(self.memory.images, source)
-            if fallback is None:
-                return images
-            tiled = tf.gather(fallback, tf.math.floormod(tf.range(k), fallback.shape[0]))
-            return tf.where(num_valid > 0, images, tiled)
-
-        def gathered():
-            return tf.gather(self.memory.images, slots)
-
-        whole = gathered
-        if k == self.capacity:  # the whole memory, in slot order as select_contexts gives it: a plain read
-            in_order = tf.reduce_all(tf.equal(slots, tf.range(k, dtype=slots.dtype)))
-            whole = lambda: tf.cond(in_order, self.memory.images.read_value, gathered)  # noqa: E731
-        return tf.cond(num_valid == k, whole, repeated)
+        source = tf.gather(slots, tf.math.floormod(tf.range(k), tf.maximum(num_valid, 1)))  # slots once all valid
+        memory = self.memory.images
+        if k == self.capacity:  # all valid, in slot order (select_contexts on the whole memory): a plain read
+            in_order = tf.reduce_all(tf.equal(source, tf.range(k, dtype=source.dtype)))
+            images = tf.cond(in_order, memory.read_value, lambda: tf.gather(memory, source))
+        else:
+            images = tf.gather(memory, source)
+        if fallback is None:
+            return images
+        tiled = tf.gather(fallback, tf.math.floormod(tf.range(k), fallback.shape[0]))
+        return tf.cond(num_valid > 0, lambda: images, lambda: tiled)  # picks one, copies nothing
 
     def _context_images(self):
         """All M memory images (unfilled slots repeat filled ones)."""
