@@ -37,18 +37,6 @@ MATMUL_SIZE = 1024
 
 
 # ----------------------------------------------------------------------------- timing
-def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
-    """Median wall time of ``fn()`` (which must block until its work is done)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def interleaved_seconds(fns: dict, rounds: int, warmup: int = 1) -> dict:
     """Median wall time of each ``fns[key]()``, timed in turns (one call of each per round), so
     that the machine's drift within a run (clock, neighbours) falls on every variant alike and
@@ -63,6 +51,11 @@ def interleaved_seconds(fns: dict, rounds: int, warmup: int = 1) -> dict:
             fn()
             times[key].append(time.perf_counter() - start)
     return {key: float(np.median(values)) for key, values in times.items()}
+
+
+def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
+    """Median wall time of ``fn()`` (which must block until its work is done)."""
+    return interleaved_seconds({"fn": fn}, repeats, warmup)["fn"]
 
 
 class MatmulReference:
