@@ -207,10 +207,10 @@ def context_graph_regularizer(logits, stored_logits, regularized):
 
 
 # The same, compiled by XLA: a few fused loops over the [k, k] pairs instead of about thirty
-# TensorFlow kernels (one pass over memory each), forward and backward. Measured on a 2-core CPU
-# at memory 1000: 6.0 -> 1.4 ms alone, a GCL step 31 -> 28 ms. Only the regulariser: fusing the
-# graph sampling gained nothing there, and XLA's CPU GEMMs are slower than TensorFlow's oneDNN
-# ones (a whole-step jit_compile is ~7x slower).
+# TensorFlow kernels (one pass over memory each), forward and backward; on a 2-core CPU at memory
+# 1000 about a tenth of the step saved. Only the regulariser: fusing the graph sampling gained
+# nothing measurable there, and XLA's CPU GEMMs and random numbers are slower than TensorFlow's
+# (a whole-step jit_compile is ~7x slower: python -m gcl_tf.benchmark throughput).
 context_graph_regularizer_fused = tf.function(context_graph_regularizer, jit_compile=True)
 
 
