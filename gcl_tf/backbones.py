@@ -57,20 +57,28 @@ def mlp(input_shape, hidden_size: int, name: str = "mlp") -> keras.Model:
     return keras.Model(inputs, x, name=name)
 
 
-def convnet(input_shape, filters: int = 64, name: str = "convnet") -> keras.Model:
-    """The GCL paper's encoder: 6 x [conv3x3, BatchNorm, ReLU], max-pool after conv 2, 4 and 6.
+# The authors' convolution initialisation: Kaiming normal (fan_in, untruncated, std sqrt(2 / fan_in)).
+KAIMING_NORMAL = dict(scale=2.0, mode="fan_in", distribution="untruncated_normal")
+# The ConvNet's max-pools follow these convolutions (1-based): 32 -> 16 -> 8 -> 4 -> 2.
+CONVNET_POOLS = (2, 4, 5, 6)
 
-    Extra max-pools follow until the feature map is at most 2x2, as in the authors' code
-    (64 x 2 x 2 = 256 features for 32x32 inputs; 84x84 inputs also end at 2x2).
+
+def convnet(input_shape, filters: int = 64, name: str = "convnet", seed=None) -> keras.Model:
+    """The GCL paper's encoder as its authors build it: 6 x [conv3x3, BatchNorm, ReLU] with a 2x2
+    max-pool after conv 2, 4, 5 and 6, Kaiming-normal convolutions.
+
+    Extra max-pools follow until the feature map is at most 2x2 (64 x 2 x 2 = 256 features for
+    32x32 inputs; 84x84 inputs also end at 2x2).
     """
     inputs = keras.Input(shape=input_shape)
     x = inputs
-    for i in range(6):
-        x = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"conv{i + 1}")(x)
-        x = FusedBatchNormalization(name=f"bn{i + 1}", **BN)(x)
+    for i in range(1, 7):
+        init = keras.initializers.VarianceScaling(**KAIMING_NORMAL, seed=None if seed is None else seed + i)
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=False, kernel_initializer=init, name=f"conv{i}")(x)
+        x = FusedBatchNormalization(name=f"bn{i}", **BN)(x)
         x = layers.ReLU()(x)
-        if i % 2 == 1:
-            x = layers.MaxPooling2D(2, name=f"pool{i // 2 + 1}")(x)
+        if i in CONVNET_POOLS and x.shape[1] >= 2 and x.shape[2] >= 2:
+            x = layers.MaxPooling2D(2, name=f"pool_conv{i}")(x)
     extra = 0
     while x.shape[1] > 2 or x.shape[2] > 2:
         extra += 1

@@ -55,11 +55,16 @@ class BenchmarkConfig:
     multi_head: bool = False
     # Fraction of each task's training samples held out as its validation split.
     validation_fraction: float = field(default=0.0, metadata=_range(0.0, 1.0, hi_open=True))
-    # Rotated protocol: each task's angle is drawn uniformly from [0, max_rotation) degrees.
+    # Rotated protocol: task t's angle is drawn uniformly from [t R / T, (t + 1) R / T) degrees,
+    # R = max_rotation, T = num_tasks (rising angles, as GEM builds Rotated MNIST).
     max_rotation: float = field(default=180.0, metadata=_range(0.0, 360.0, lo_open=True))
     # Resize images to image_size x image_size (folder source; null keeps the native size).
     image_size: Optional[int] = field(default=None, metadata=_range(1))
     color_mode: Literal["rgb", "grayscale"] = "rgb"
+    # Training-time augmentation, applied to the stream before the model (so a memory stores the
+    # augmented copy), never at test time. flip: a random horizontal flip of each training image
+    # (the paper's Split CIFAR10 / SVHN / CIFAR100 / MiniImageNet loaders); none: as read.
+    augment: Literal["none", "flip"] = "none"
 
 
 @dataclass

@@ -210,11 +210,13 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
             print(f"Task {i + 1}/{T} ({task.description}): {len(task.train)} training samples{resumed}", flush=True)
         # The whole stream of the task goes to the task-end hooks (EWC's Fisher, iCaRL's
         # exemplars read it); a resumed task trains on the rest of it, as one pass.
-        dataset, steps = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i)
+        augment = config.benchmark.augment
+        dataset, steps = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i,
+                                       augment=augment)
         total = steps * config.train.epochs
         if done:
             remaining, _ = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i,
-                                         skip_batches=done)
+                                         skip_batches=done, augment=augment)
             fit_args = dict(x=remaining, epochs=1, steps_per_epoch=total - done)
         else:
             fit_args = dict(x=dataset, epochs=config.train.epochs, steps_per_epoch=steps)

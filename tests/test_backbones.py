@@ -66,3 +66,17 @@ def test_convnet_convolutions_have_no_bias_before_batchnorm():
     assert len(convs) == 6 and all(not conv.use_bias for conv in convs)
     assert net.output_shape == (None, 256)
     assert sum(isinstance(layer, backbones.FusedBatchNormalization) for layer in net.layers) == 6
+
+
+def test_convnet_is_the_authors_encoder():
+    """Max-pools after conv 2, 4, 5 and 6 (32 -> 16 -> 8 -> 4 -> 2), Kaiming-normal convolutions
+    (fan_in, untruncated: std sqrt(2 / fan_in)), 64 x 2 x 2 features."""
+    net = backbones.convnet((32, 32, 3))
+    sizes = {layer.name: layer.output.shape[1] for layer in net.layers if isinstance(layer, keras.layers.Conv2D)}
+    assert sizes == {"conv1": 32, "conv2": 32, "conv3": 16, "conv4": 16, "conv5": 8, "conv6": 4}
+    pools = [layer.name for layer in net.layers if isinstance(layer, keras.layers.MaxPooling2D)]
+    assert pools == ["pool_conv2", "pool_conv4", "pool_conv5", "pool_conv6"]
+    assert net.output_shape == (None, 256)
+    kernel = np.asarray(net.get_layer("conv3").kernel)  # fan_in 3 * 3 * 64 = 576
+    assert abs(kernel.std() - np.sqrt(2.0 / 576)) < 0.003
+    assert np.abs(kernel).max() > 3.5 * np.sqrt(2.0 / 576)  # untruncated: tails beyond 2 std exist

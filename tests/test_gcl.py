@@ -629,3 +629,29 @@ def test_prediction_is_the_mean_of_the_per_sample_distributions():
              for s in range(4)]
     np.testing.assert_allclose(got, np.mean(probs, axis=0), rtol=1e-4, atol=1e-6)
     assert not np.allclose(probs[0], probs[1], atol=1e-3)  # the samples differ
+
+
+# ----------------------------------------------------------------------------- cold start
+def test_regularized_contexts_paper_rule_and_learned_threshold():
+    valid = tf.constant([True, True, True, True, False])
+    best = tf.constant([0.2, 0.2, 1.5, 1.5, 0.1])
+    current = tf.constant([0.1, 0.9, 1.0, 2.0, 3.0])
+    paper = gcl.regularized_contexts(valid, best, current).numpy()
+    np.testing.assert_array_equal(paper, [False, True, False, True, False])  # worse than the best, valid
+    learned = gcl.regularized_contexts(valid, best, current, regularize_below=0.5).numpy()
+    np.testing.assert_array_equal(learned, [False, True, False, False, False])  # and best below 0.5
+
+
+def test_regularize_below_holds_no_edges_of_contexts_never_learned():
+    """On noise (every context loss stays near log 10 > 0.5) the paper's rule regularises many
+    contexts and keeps their stored edges; with regularize_below 0.5 none is held: the graph loss
+    is 0, so no near-initial edge snapshot is held (the cold start)."""
+    fractions = {}
+    for threshold in (None, 0.5):
+        model = make_model(graph_lambda=50.0, regularize_below=threshold, memory_size=20)
+        logs = [model.train_step(batch) for batch in batches(12, seed=3)]
+        fractions[threshold] = max(float(log["regularized_fraction"]) for log in logs[1:])
+        if threshold is not None:
+            assert all(float(log["graph_loss"]) == 0.0 for log in logs)
+            assert float(tf.reduce_max(model.memory.best_loss)) > 0.5  # the threshold did the work
+    assert fractions[None] > 0.2 and fractions[0.5] == 0.0

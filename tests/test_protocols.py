@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import ndimage
 
 from gcl_tf.data import ContinualBenchmark
 from gcl_tf.errors import ConfigError
@@ -58,26 +57,46 @@ def test_permuted_fixed_within_a_task_and_different_across_tasks(npz_config, npz
             assert not np.array_equal(permutations[a], permutations[b])
 
 
-def test_rotated_matches_scipy_and_differs_across_tasks(npz_config, npz_file):
+def pil_rotate(image, angle):
+    """GEM's mnist_rotations.py: Image.fromarray(x, mode='L').rotate(angle), PIL's default resampling."""
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(image).rotate(angle))
+
+
+def test_rotated_matches_gems_pil_rotation_and_differs_across_tasks(npz_config, npz_file):
     _, (x_train, _, x_test, _) = npz_file
     benchmark = bench(npz_config({"name": "rotated", "num_tasks": 3, "max_rotation": 180.0}))
     angles = []
     for task in benchmark.tasks:
         angle = task.transform["rotation_degrees"]
         assert 0.0 <= angle < 180.0
-        expected_test = np.stack([
-            np.clip(np.round(ndimage.rotate(img.astype(np.float32), angle, reshape=False, order=1)), 0, 255)
-            for img in x_test
-        ]).astype(np.uint8)
+        expected_test = np.stack([pil_rotate(img, angle) for img in x_test])
         np.testing.assert_array_equal(task.test.images[..., 0], expected_test)
-        expected_train = [
-            np.clip(np.round(ndimage.rotate(img.astype(np.float32), angle, reshape=False, order=1)), 0, 255)
-            .astype(np.uint8) for img in x_train
-        ]
-        assert as_set(task.train.images[..., 0]) == as_set(expected_train)
+        assert as_set(task.train.images[..., 0]) == as_set([pil_rotate(img, angle) for img in x_train])
         angles.append(angle)
     assert len(set(angles)) == 3
     assert not np.array_equal(benchmark.tasks[0].test.images, benchmark.tasks[1].test.images)
+
+
+def test_rotation_resamples_nearest_like_pil():
+    """Nearest-neighbour resampling: a rotated binary image stays binary (bilinear would blend)."""
+    from gcl_tf.data.protocols import rotate_images
+
+    images = (np.random.default_rng(0).random((4, 12, 12, 1)) < 0.5).astype(np.uint8) * 255
+    rotated = rotate_images(images, 33.0)
+    assert set(np.unique(rotated)) <= {0, 255}
+    np.testing.assert_array_equal(rotated[..., 0], np.stack([pil_rotate(img[..., 0], 33.0) for img in images]))
+
+
+def test_rotation_angles_rise_with_the_task_as_gem_builds_them(make_config):
+    """Task t's angle lies in [t R / T, (t + 1) R / T) (GEM's mnist_rotations.py, --min_rot 0)."""
+    benchmark = bench(make_config({"benchmark": {"name": "rotated", "num_tasks": 20, "samples_per_task": 10,
+                                                 "test_samples_per_task": 5, "max_rotation": 180.0}}))
+    angles = np.array([task.transform["rotation_degrees"] for task in benchmark.tasks])
+    for t, angle in enumerate(angles):
+        assert t * 9.0 <= angle < (t + 1) * 9.0
+    assert np.all(np.diff(angles) > 0) and len(np.unique(angles)) == 20
 
 
 def test_rotation_angles_stay_below_max_rotation(make_config):

@@ -123,3 +123,66 @@ def test_evaluation_class_mask_restricts_predictions(make_config):
     assert evaluate(model, data, np.ones(4, bool), batch_size=4) == 0.0  # predicts 0
     # Multi-head: only classes 2 and 3 allowed -> predicts 2.
     assert evaluate(model, data, np.array([False, False, True, True]), batch_size=4) == 1.0
+
+
+def left_right_images(n: int) -> SplitData:
+    """Image k: row values [k, 0, 0, 0] (value k at the left edge) so a flip is visible."""
+    images = np.zeros((n, 2, 4, 3), np.uint8)
+    images[:, :, 0, :] = np.arange(1, n + 1, dtype=np.uint8)[:, None, None]
+    return SplitData(images, (np.arange(n) % 5).astype(np.int64))
+
+
+def test_flip_augmentation_mirrors_about_half_the_stream_deterministically_and_resumes_exactly():
+    data = left_right_images(200)
+
+    def stream(skip=0, seed=0, augment="flip"):
+        ds, _ = train_dataset(data, batch_size=10, epochs=2, seed=seed, task_index=0, skip_batches=skip,
+                              augment=augment)
+        return np.concatenate([x.numpy() for x, _ in ds])
+
+    plain, flipped = stream(augment="none"), stream()
+    left = plain[:, :, 0, :].max(axis=(1, 2))  # the sample's id, at the left edge before the flip
+    mirrored = flipped[:, :, 3, :].max(axis=(1, 2)) > 0  # the id moved to the right edge
+    assert 0.4 < mirrored.mean() < 0.6  # each sample mirrored with probability 1/2
+    np.testing.assert_array_equal(flipped[mirrored], plain[mirrored][:, :, ::-1])
+    np.testing.assert_array_equal(flipped[~mirrored], plain[~mirrored])
+    np.testing.assert_array_equal(left, np.where(mirrored, flipped[:, :, 3, :].max(axis=(1, 2)),
+                                                 flipped[:, :, 0, :].max(axis=(1, 2))))
+    first, second = mirrored[:200], mirrored[200:]  # every epoch draws anew
+    assert not np.array_equal(first[np.argsort(left[:200])], second[np.argsort(left[200:])])
+    np.testing.assert_array_equal(stream(), flipped)  # the same for the seed
+    assert not np.array_equal(stream(seed=1)[:, :, 3], np.zeros_like(flipped[:, :, 3])) and \
+        not np.array_equal(stream(seed=1), flipped)
+    np.testing.assert_array_equal(stream(skip=7), flipped[70:])  # resuming continues the same flips
+
+
+def test_a_run_with_flip_augmentation_stores_mirrored_images_in_memory(tmp_path, monkeypatch):
+    """benchmark.augment: flip reaches the training stream of a run: the memory (which stores what
+    the model trained on) holds training images of which some are mirrored, all as in the data."""
+    from helpers import digits_config
+
+    from gcl_tf import train
+
+    config = digits_config({"name": "er", "memory_size": 100},
+                           benchmark={"name": "split", "num_tasks": 2, "classes_per_task": 2,
+                                      "samples_per_task": None, "augment": "flip"})
+    built = {}
+    original = train.build_training_state
+
+    def keep_model(*args, **kwargs):
+        model, checkpoints = original(*args, **kwargs)
+        built["model"] = model
+        return model, checkpoints
+
+    monkeypatch.setattr(train, "build_training_state", keep_model)
+    from gcl_tf.data import ContinualBenchmark
+
+    benchmark = ContinualBenchmark(config.benchmark, config.seed)
+    train.run(config, str(tmp_path / "run"), verbose=0, benchmark=benchmark)
+    memory = np.round(built["model"].memory.images.numpy() * 255).astype(np.uint8)  # [100, 8, 8, 1]
+    originals = {img.tobytes() for task in benchmark.tasks for img in task.train.images}
+    mirrors = {img[:, ::-1].tobytes() for task in benchmark.tasks for img in task.train.images}
+    as_is = np.array([img.tobytes() in originals for img in memory])
+    mirrored = np.array([img.tobytes() in mirrors for img in memory])
+    assert np.all(as_is | mirrored)
+    assert 0.25 < np.mean(mirrored & ~as_is) < 0.75

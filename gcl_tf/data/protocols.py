@@ -32,13 +32,23 @@ def apply_permutation(images: np.ndarray, permutation: np.ndarray) -> np.ndarray
 
 
 def rotate_images(images: np.ndarray, degrees: float) -> np.ndarray:
-    """Rotate every image by ``degrees`` counter-clockwise about its centre (bilinear, zero fill)."""
-    from scipy import ndimage
+    """Rotate every image [N, H, W, C] by ``degrees`` counter-clockwise about its centre, as GEM's
+    ``mnist_rotations.py`` does: PIL's ``Image.rotate`` with its default (nearest-neighbour)
+    resampling, corners filled with 0 (each channel as a greyscale image)."""
+    from PIL import Image
 
-    rotated = ndimage.rotate(
-        images.astype(np.float32), degrees, axes=(2, 1), reshape=False, order=1, mode="constant", cval=0.0
-    )
-    return np.clip(np.round(rotated), 0, 255).astype(np.uint8)
+    out = np.empty_like(images)
+    for i, image in enumerate(images):
+        for c in range(image.shape[-1]):
+            out[i, ..., c] = np.asarray(Image.fromarray(np.ascontiguousarray(image[..., c])).rotate(degrees))
+    return out
+
+
+def rotation_angle(task: int, num_tasks: int, max_rotation: float, rng: np.random.Generator) -> float:
+    """Task ``task``'s angle, uniform in ``[task R / T, (task + 1) R / T)`` for ``R = max_rotation``:
+    angles rise with the task and neighbouring tasks look alike (GEM's ``mnist_rotations.py``)."""
+    low, high = task * max_rotation / num_tasks, (task + 1) * max_rotation / num_tasks
+    return float(low + rng.random() * (high - low))
 
 
 def split_classes(num_classes: int, num_tasks: int, classes_per_task: int) -> list[np.ndarray]:
@@ -124,7 +134,7 @@ class ContinualBenchmark:
                 apply = lambda images, p=permutation: apply_permutation(images, p)
                 description = "permuted"
             elif c.name == "rotated":
-                angle = float(transform_rng.uniform(0.0, c.max_rotation))
+                angle = rotation_angle(t, c.num_tasks, c.max_rotation, transform_rng)
                 transform = {"rotation_degrees": angle}
                 apply = lambda images, a=angle: rotate_images(images, a)
                 description = f"rotated {angle:.1f} degrees"

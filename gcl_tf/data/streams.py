@@ -20,6 +20,7 @@ from gcl_tf.data.sources import SplitData
 from gcl_tf.errors import ConfigError
 
 _SALT_ORDER = 5
+_SALT_FLIP = 6
 
 
 def to_float(images):
@@ -46,11 +47,22 @@ def task_steps_per_epoch(num_samples: int, batch_size: int, task_index: int) -> 
     return steps
 
 
+def random_flips(images: np.ndarray, seed: int, task_index: int) -> np.ndarray:
+    """A copy of ``images`` [N, H, W, C] with each image mirrored left-right with probability 1/2,
+    drawn from the seed and the task (the same stream every run)."""
+    flip = task_rng(seed, task_index, _SALT_FLIP).random(len(images)) < 0.5
+    out = images.copy()
+    out[flip] = out[flip][:, :, ::-1]
+    return out
+
+
 def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task_index: int,
-                  skip_batches: int = 0) -> tuple[tf.data.Dataset, int]:
+                  skip_batches: int = 0, augment: str = "none") -> tuple[tf.data.Dataset, int]:
     """All epochs of one task's training stream and the number of steps per epoch.
 
-    ``skip_batches`` resumes a stream part-way (the order does not depend on it).
+    ``skip_batches`` resumes a stream part-way (the order and the augmentation do not depend on
+    it). ``augment="flip"`` mirrors each sample of the stream with probability 1/2 (every epoch
+    draws anew), before the model sees it.
     """
     n = len(data)
     steps_per_epoch = task_steps_per_epoch(n, batch_size, task_index)
@@ -58,9 +70,15 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
     orders = epoch_orders(n, epochs, seed, task_index).reshape(epochs, n)
     for order in orders:  # drop each epoch's partial batch
         per_epoch.append(order[: steps_per_epoch * batch_size])
-    order = np.concatenate(per_epoch)[skip_batches * batch_size:]
-    images = data.images[order].reshape((-1, batch_size) + data.images.shape[1:])  # [batches, B, ...] uint8
-    labels = data.labels[order].astype(np.int32).reshape(-1, batch_size)
+    order = np.concatenate(per_epoch)
+    images = data.images[order]  # [epochs * steps * B, ...] uint8, in stream order
+    if augment == "flip":
+        images = random_flips(images, seed, task_index)
+    elif augment != "none":
+        raise ValueError(f"unknown augmentation {augment!r}")
+    skip = skip_batches * batch_size
+    images = images[skip:].reshape((-1, batch_size) + data.images.shape[1:])  # [batches, B, ...]
+    labels = data.labels[order[skip:]].astype(np.int32).reshape(-1, batch_size)
     ds = tf.data.Dataset.from_tensor_slices((images, labels))
     return ds.prefetch(tf.data.AUTOTUNE), steps_per_epoch
 

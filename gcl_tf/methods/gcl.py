@@ -44,6 +44,11 @@ class Config(MethodConfig):
     context_lambda: float = field(default=1.0, metadata=_range(0.0))
     # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
     graph_lambda: float = field(default=50.0, metadata=_range(0.0))
+    # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
+    # held only once the context has been learned, i.e. its best context loss (cross-entropy,
+    # nats) is below this value; until then its stored edges follow the current ones.
+    # null: the paper (every context whose loss rose above its best is held).
+    regularize_below: Optional[float] = field(default=None, metadata=_range(0.0, lo_open=True))
     # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
     # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
     context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
@@ -183,6 +188,17 @@ def graph_regularizer(current_logits, stored_logits, regularized):
     entropy = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=stored_logits)
     divergence = cross_entropy_ - entropy  # [M, M]
     return tf.math.divide_no_nan(tf.reduce_sum(weights * divergence), tf.reduce_sum(weights))
+
+
+def regularized_contexts(valid, best, current, regularize_below=None):
+    """The mask m [k] of contexts whose stored edges the regulariser holds: valid contexts whose
+    loss ``current`` rose above their ``best`` (the paper), and, with ``regularize_below``, only
+    those already learned (``best < regularize_below``): edges stored before a context was
+    learned are not worth keeping (the regulariser's cold start)."""
+    m = tf.logical_and(valid, best < current)
+    if regularize_below is not None:
+        m = tf.logical_and(m, best < regularize_below)
+    return m
 
 
 def sampled_graph(log_k, noise, inverse_temperature):
@@ -576,7 +592,7 @@ class Method(ContinualModel):
         context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
         target_loss = tf.reduce_mean(target_ce)
         best = tf.gather(self.memory.best_loss, slots)
-        regularized = tf.logical_and(valid, best < tf.stop_gradient(context_ce))  # m_i
+        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), cfg.regularize_below)  # m_i
         regularizer = context_graph_regularizer_fused if cfg.fuse_regularizer else context_graph_regularizer
         graph_loss = regularizer(logits_e, self.stored_edge_logits(slots), regularized)
         context_terms = cfg.context_lambda * context_loss + cfg.graph_lambda * graph_loss
@@ -631,7 +647,7 @@ class Method(ContinualModel):
             with tf.control_dependencies([shared]):
                 target_embeddings = all_gather(embeddings[k:])  # [R T, H]
             context_ce = shared[:, 0]
-            regularized = tf.logical_and(valid, best < context_ce)
+            regularized = regularized_contexts(valid, best, context_ce, self.method_config.regularize_below)
             embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
             scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
             all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
