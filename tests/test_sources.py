@@ -232,3 +232,29 @@ def test_tfds_unknown_dataset_is_a_data_error(make_config):
     config = make_config({"benchmark": {"source": "tfds", "dataset": "no_such_dataset_xyz"}})
     message = one_line_data_error(lambda: make_source(config.benchmark).num_classes)
     assert "no_such_dataset_xyz" in message and "mnist" in message
+
+
+def test_folder_converts_to_npz_that_the_npz_source_reads_identically(tmp_path, make_config):
+    """python -m gcl_tf.data to-npz: the npz source then gives exactly the folder source's arrays."""
+    import subprocess
+    import sys
+
+    write_png_folder(tmp_path / "imgs", {"zebra": 3, "ant": 2})
+    out = tmp_path / "data.npz"
+    command = [sys.executable, "-m", "gcl_tf.data", "to-npz", "--source", "folder", "--path", str(tmp_path / "imgs"),
+               "--color-mode", "grayscale", "--output", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "5 training and 10 test images of 7x5x1, 2 classes" in done.stdout
+    folder = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"), "color_mode": "grayscale"}})
+    npz = make_config({"benchmark": {"source": "npz", "path": str(out)}})
+    _, folder_train, folder_test = load_both(folder)
+    _, npz_train, npz_test = load_both(npz)
+    for a, b in ((folder_train, npz_train), (folder_test, npz_test)):
+        np.testing.assert_array_equal(a.images, b.images)
+        np.testing.assert_array_equal(a.labels, b.labels)
+    with np.load(out) as archive:
+        assert list(archive["class_names"]) == ["ant", "zebra"]
+    again = subprocess.run(command, capture_output=True, text=True)  # never replaced silently
+    assert again.returncode == 2 and again.stderr.strip().count("\n") == 0
+    assert "exists" in again.stderr and "--overwrite" in again.stderr
