@@ -655,3 +655,14 @@ def test_regularize_below_holds_no_edges_of_contexts_never_learned():
             assert all(float(log["graph_loss"]) == 0.0 for log in logs)
             assert float(tf.reduce_max(model.memory.best_loss)) > 0.5  # the threshold did the work
     assert fractions[None] > 0.2 and fractions[0.5] == 0.0
+
+
+def test_kernel_width_sets_the_initial_kernel_scale():
+    """log k = -0.5 d^2 / exp(s): s starts at log sqrt(H) (the authors) or log kernel_width."""
+    default, narrow = make_model(), make_model(kernel_width=0.5)
+    hidden = default.hidden_size
+    assert float(default.kernel_log_scale) == pytest.approx(math.log(math.sqrt(hidden)))
+    assert float(narrow.kernel_log_scale) == pytest.approx(math.log(0.5))
+    u = tf.constant([[0.0, 0.0], [1.0, 1.0]])
+    log_k = gcl.rbf_log_kernel(u, u, narrow.kernel_log_scale).numpy()
+    assert log_k[0, 1] == pytest.approx(-0.5 * 2.0 / 0.5, rel=1e-5)

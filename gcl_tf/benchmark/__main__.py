@@ -19,6 +19,7 @@ from gcl_tf.errors import USAGE_EXIT_CODE
 COMMANDS = {
     "paper": "gcl_tf.benchmark.paper",
     "plots": "gcl_tf.benchmark.plots",
+    "presets": "gcl_tf.benchmark.presets",
 }
 # ---- optional subcommands: registered only when their module is present ------------------
 OPTIONAL_COMMANDS = {
@@ -32,6 +33,7 @@ for _name, _module in OPTIONAL_COMMANDS.items():
 SUMMARIES = {
     "paper": "run the paper's experiments (resumable) and write its tables and figures",
     "plots": "redraw every table and figure of a suite from its saved results (no training)",
+    "presets": "check that every config's presets learn on a short stream of real data",
     "throughput": "speed measurements (gcl_tf/benchmark/throughput.py)",
 }
 

@@ -49,6 +49,10 @@ class Config(MethodConfig):
     # nats) is below this value; until then its stored edges follow the current ones.
     # null: the paper (every context whose loss rose above its best is held).
     regularize_below: Optional[float] = field(default=None, metadata=_range(0.0, lo_open=True))
+    # The RBF kernel's initial width w = exp(s) in log k = -0.5 ||u_i - u_j||^2 / exp(s) (s is learned).
+    # null: sqrt(hidden_size), as the authors initialise it; there every edge starts near
+    # probability 1 and a short stream ends before the kernel separates the classes (docs/gcl.md).
+    kernel_width: Optional[float] = field(default=None, metadata=_range(0.0, lo_open=True))
     # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
     # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
     context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
@@ -405,9 +409,10 @@ class Method(ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
-        # s in log k = -0.5 d^2 / exp(s); initialised to log sqrt(H).
+        # s in log k = -0.5 d^2 / exp(s); initialised to log sqrt(H) (the authors) or log kernel_width.
+        width = cfg.kernel_width if cfg.kernel_width is not None else math.sqrt(hidden)
         self.kernel_log_scale = self.add_weight(
-            shape=(), initializer=keras.initializers.Constant(math.log(math.sqrt(hidden))),
+            shape=(), initializer=keras.initializers.Constant(math.log(width)),
             name="kernel_log_scale", trainable=True,
         )
         self.memory = GraphMemory(cfg.memory_size, input_shape, seed=config.seed, edge_memory=cfg.edge_memory,

@@ -1,0 +1,180 @@
+"""Check that every config's presets learn: ``python -m gcl_tf.benchmark presets``.
+
+Each config's preset (its method, model and training settings, as ``method.name=<m>`` selects
+them) is run on a short stream of real data of the config's kind, with the config's own protocol
+(permuted, rotated or split; a split is cut to the data's classes), evaluated on validation splits
+carved from the training data (the test split is never read). A preset *learns* when its
+accuracy on each task just learned, after the first, is far above chance on average: at least
+chance + 1/4 of the way to 100% (the failure this guards against: 10% on every task after the
+first, with chance at 10%). MNIST-like configs (an MLP preset) run on ``--mnist-like`` data,
+RGB ones (a convolutional preset) on ``--rgb`` data:
+
+    python -m gcl_tf.benchmark presets --mnist-like idx:/usr/share/datasets/fashion-mnist \\
+        --rgb npz:data/cifar10.npz --methods gcl,er --output results/presets
+
+Writes ``DIR/presets.json`` and ``DIR/presets.md`` (final ACC and the learning check per config
+and method); each run goes to ``DIR/runs/<config>/<method>/`` and is reused when finished, so an
+interrupted check resumes. Exit status 1 when a preset does not learn.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from gcl_tf.errors import UserError, exit_on_user_error
+from gcl_tf.io import read_json, write_atomic, write_json_atomic
+
+PROG = "python -m gcl_tf.benchmark presets"
+RGB_BACKBONES = ("convnet", "resnet18")
+
+
+@dataclass
+class Data:
+    """A data source given as ``SOURCE[:PATH]`` (e.g. ``digits``, ``idx:/usr/share/datasets/fashion-mnist``)."""
+
+    source: str
+    path: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, option: str) -> "Data":
+        source, _, path = text.partition(":")
+        allowed = ("digits", "idx", "npz", "folder")
+        if source not in allowed:
+            raise UserError(f"{option}: unknown source {source!r}; allowed: digits, idx:PATH, npz:PATH, folder:PATH")
+        if source != "digits" and not path:
+            raise UserError(f"{option}: source {source} needs a path ({source}:PATH)")
+        return cls(source, path or None)
+
+    def overrides(self) -> list[str]:
+        dataset = "digits" if self.source == "digits" else os.path.basename(os.path.normpath(self.path))
+        return [f"benchmark.source={self.source}", f"benchmark.path={self.path or 'null'}",
+                f"benchmark.dataset={dataset}", "benchmark.image_size=null", "benchmark.num_classes=null"]
+
+
+def is_rgb(config) -> bool:
+    """A config's kind, from its chosen model: a convolutional backbone reads RGB images."""
+    return config.model.backbone in RGB_BACKBONES
+
+
+def check_config(config_path: str, method: str, data: Data, num_tasks: int = 3, samples_per_task: int = 500,
+                 validation_fraction: float = 0.2, seed: int = 0, data_classes: int = 10):
+    """The config of ``config_path`` with ``method``'s preset, on ``data``: its protocol cut to
+    ``num_tasks`` tasks of ``samples_per_task`` samples (a split to ``data_classes`` classes),
+    evaluated on validation splits."""
+    from gcl_tf import config as config_lib
+
+    raw = config_lib.load_yaml(config_path)
+    base = config_lib.resolve(raw, [f"method.name={method}"])
+    tasks = num_tasks
+    overrides = [f"method.name={method}", f"seed={seed}", *data.overrides(),
+                 f"benchmark.samples_per_task={samples_per_task}", "benchmark.test_samples_per_task=null",
+                 f"benchmark.validation_fraction={validation_fraction}", "eval.split=validation",
+                 "train.verbose=0", "train.checkpoint_every=0"]
+    if base.benchmark.name == "split":
+        per_task = min(base.benchmark.classes_per_task, data_classes // num_tasks) or 1
+        tasks = min(num_tasks, data_classes // per_task)
+        overrides.append(f"benchmark.classes_per_task={per_task}")
+    overrides.append(f"benchmark.num_tasks={tasks}")
+    return config_lib.resolve(raw, overrides)
+
+
+def chance(config, num_classes: int) -> float:
+    """Accuracy (percent) of a uniform guess among the classes a prediction may choose."""
+    b = config.benchmark
+    allowed = b.classes_per_task if b.multi_head else num_classes
+    return 100.0 / allowed
+
+
+def learns(matrix, chance_accuracy: float) -> tuple[bool, float]:
+    """``(learns, score)``: score = mean accuracy on each task just learned after the first
+    (the diagonal R[i][i], i >= 1); learns when score >= chance + (100 - chance) / 4."""
+    R = np.asarray(matrix, dtype=float)
+    score = float(np.mean(np.diag(R)[1:])) if len(R) > 1 else float(R[0, 0])
+    return score >= chance_accuracy + (100.0 - chance_accuracy) / 4.0, score
+
+
+def check(config_path: str, method: str, data: Data, output_dir: str, **stream) -> dict:
+    """Run (or reuse) one preset check; its row of the report."""
+    from gcl_tf import train
+    from gcl_tf.data import ContinualBenchmark
+
+    row_path = os.path.join(output_dir, "check.json")
+    if os.path.isfile(row_path):
+        return read_json(row_path)
+    config = check_config(config_path, method, data, **stream)
+    benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=False)
+    results = train.run(config, output_dir=output_dir, overwrite=True, verbose=0, benchmark=benchmark)
+    chance_accuracy = chance(config, benchmark.num_classes)
+    ok, score = learns(results["accuracy_matrix"], chance_accuracy)
+    row = {"config": os.path.splitext(os.path.basename(config_path))[0], "method": method,
+           "data": f"{data.source}:{data.path}" if data.path else data.source,
+           "tasks": config.benchmark.num_tasks, "acc": float(results["acc"]), "new_task_accuracy": score,
+           "chance": chance_accuracy, "learns": ok}
+    write_json_atomic(row_path, row)
+    return row
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| config | data | method | ACC | accuracy on each new task (tasks 2..) | chance | learns |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['data']} | {r['method']} | {r['acc']:.1f} | {r['new_task_accuracy']:.1f} | "
+                     f"{r['chance']:.0f} | {'yes' if r['learns'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=sorted(glob.glob("configs/*.yaml")),
+                        help="config files (default: configs/*.yaml)")
+    parser.add_argument("--methods", default="gcl,er", help="comma-separated methods with a preset (default gcl,er)")
+    parser.add_argument("--mnist-like", default="digits", help="data for MLP presets: digits, idx:PATH, npz:PATH")
+    parser.add_argument("--rgb", default=None, help="data for convolutional presets: npz:PATH or folder:PATH "
+                                                    "(without it RGB configs are skipped)")
+    parser.add_argument("--tasks", type=int, default=3, help="tasks per stream (default 3)")
+    parser.add_argument("--samples-per-task", type=int, default=500, help="training samples per task (default 500)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", required=True, help="folder for the runs and the report")
+    return parser
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from gcl_tf import config as config_lib
+
+    mnist_like = Data.parse(args.mnist_like, "--mnist-like")
+    rgb = Data.parse(args.rgb, "--rgb") if args.rgb else None
+    methods = [m for m in args.methods.split(",") if m]
+    rows = []
+    for path in args.configs:
+        raw = config_lib.load_yaml(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        for method in methods:
+            if method not in (raw.get("presets") or {}) and method != (raw.get("method") or {}).get("name"):
+                continue
+            data = rgb if is_rgb(config_lib.resolve(raw, [f"method.name={method}"])) else mnist_like
+            if data is None:
+                print(f"{name} {method}: skipped (an RGB preset; give --rgb)", flush=True)
+                continue
+            row = check(path, method, data, os.path.join(args.output, "runs", name, method), num_tasks=args.tasks,
+                        samples_per_task=args.samples_per_task, seed=args.seed)
+            rows.append(row)
+            print(f"{name:24s} {method:8s} ACC {row['acc']:5.1f}  new tasks {row['new_task_accuracy']:5.1f}  "
+                  f"chance {row['chance']:4.0f}  {'learns' if row['learns'] else 'DOES NOT LEARN'}", flush=True)
+    write_json_atomic(os.path.join(args.output, "presets.json"), rows)
+    write_atomic(os.path.join(args.output, "presets.md"), markdown(rows))
+    failed = [f"{r['config']}/{r['method']}" for r in rows if not r["learns"]]
+    if failed:
+        print(f"presets that do not learn: {', '.join(failed)}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Every config's presets learn (gcl_tf.benchmark.presets): the check's pieces, and the check itself
+on scikit-learn's digits for every MNIST-like config's GCL preset (the RGB presets are checked on
+CIFAR-10 by the benchmark command, docs/reproducing.md)."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from gcl_tf import config as config_lib
+from gcl_tf.benchmark import presets
+from gcl_tf.errors import UserError
+
+CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "configs", "*.yaml")))
+
+
+def test_learns_needs_each_new_task_far_above_chance():
+    stalled = [[60.0, 10.0, 10.0], [55.0, 10.2, 10.0], [50.0, 10.0, 10.1]]  # the cold start: chance after task 1
+    ok, score = presets.learns(stalled, 10.0)
+    assert not ok and score == pytest.approx(10.1)
+    learning = [[80.0, 10.0, 10.0], [70.0, 60.0, 10.0], [65.0, 55.0, 50.0]]
+    assert presets.learns(learning, 10.0) == (True, 55.0)
+    assert not presets.learns([[90, 50], [80, 55]], 50.0)[0]  # two-way multi-head: 55 is near chance
+    assert presets.learns([[90, 50], [80, 70]], 50.0)[0]
+
+
+def test_check_config_keeps_the_preset_and_protocol_and_cuts_a_split_to_the_data():
+    data = presets.Data.parse("idx:/data/fashion-mnist", "--mnist-like")
+    config = presets.check_config("configs/split_cifar100.yaml", "gcl", data, num_tasks=3, samples_per_task=200)
+    preset = config_lib.load_config("configs/split_cifar100.yaml", ["method.name=gcl"])
+    assert config.method == preset.method and config.model == preset.model and config.train.learning_rate == \
+        preset.train.learning_rate
+    b = config.benchmark
+    assert (b.name, b.multi_head, b.augment) == ("split", True, "flip")
+    assert (b.num_tasks, b.classes_per_task, b.samples_per_task) == (3, 3, 200)
+    assert (b.source, b.path, config.eval.split) == ("idx", "/data/fashion-mnist", "validation")
+    assert b.validation_fraction > 0 and b.image_size is None
+    rotated = presets.check_config("configs/rotated_mnist.yaml", "er", data, num_tasks=4)
+    assert (rotated.benchmark.name, rotated.benchmark.num_tasks, rotated.method.name) == ("rotated", 4, "er")
+
+
+def test_data_option_errors_are_one_line():
+    with pytest.raises(UserError, match="unknown source 'tfds'"):
+        presets.Data.parse("tfds:mnist", "--rgb")
+    with pytest.raises(UserError, match="needs a path"):
+        presets.Data.parse("npz", "--rgb")
+
+
+def mnist_like_gcl_configs():
+    out = []
+    for path in CONFIGS:
+        raw = config_lib.load_yaml(path)
+        if "gcl" in (raw.get("presets") or {}) and not presets.is_rgb(config_lib.resolve(raw, ["method.name=gcl"])):
+            out.append(path)
+    return out
+
+
+def test_every_config_with_an_mlp_gcl_preset_is_checked_here():
+    names = {os.path.basename(p) for p in mnist_like_gcl_configs()}
+    assert {"quickstart.yaml", "permuted_mnist.yaml", "rotated_mnist.yaml", "permuted_fashion_mnist.yaml",
+            "rotated_fashion_mnist.yaml", "split_fashion_mnist.yaml"} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", mnist_like_gcl_configs(), ids=lambda p: os.path.basename(p)[:-5])
+def test_gcl_preset_learns_on_real_digits(path, tmp_path):
+    """The config's GCL preset, its protocol, 3 tasks of 500 real digits: each new task is learned
+    far above chance (the shipped paper presets stayed at 10% after the first task)."""
+    row = presets.check(path, "gcl", presets.Data("digits"), str(tmp_path / "run"), num_tasks=3,
+                        samples_per_task=500)
+    assert row["learns"], row
+    assert np.isfinite(row["acc"]) and row["acc"] > row["chance"] + 20.0, row
