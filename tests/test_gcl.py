@@ -20,7 +20,8 @@ def make_config(**method):
         "seed": 3,
         "benchmark": {"name": "permuted", "source": "digits", "dataset": "digits", "num_tasks": 2,
                       "samples_per_task": 100},
-        "method": {"name": "gcl", "memory_size": 30, **method},
+        # the paper's mechanics unless a test asks for our extensions (regularize_below, kernel_width)
+        "method": {"name": "gcl", "memory_size": 30, "regularize_below": None, "kernel_width": None, **method},
         "model": {"backbone": "mlp", "hidden_size": 16},
         "train": {"optimizer": "adam", "learning_rate": 0.001, "batch_size": 10},
     }
@@ -658,11 +659,19 @@ def test_regularize_below_holds_no_edges_of_contexts_never_learned():
 
 
 def test_kernel_width_sets_the_initial_kernel_scale():
-    """log k = -0.5 d^2 / exp(s): s starts at log sqrt(H) (the authors) or log kernel_width."""
-    default, narrow = make_model(), make_model(kernel_width=0.5)
-    hidden = default.hidden_size
-    assert float(default.kernel_log_scale) == pytest.approx(math.log(math.sqrt(hidden)))
+    """log k = -0.5 d^2 / exp(s): s starts at log kernel_width or, with null, log sqrt(H) (the authors)."""
+    authors, default, narrow = make_model(), make_model(kernel_width=1.0), make_model(kernel_width=0.5)
+    hidden = authors.hidden_size
+    assert float(authors.kernel_log_scale) == pytest.approx(math.log(math.sqrt(hidden)))
+    assert float(default.kernel_log_scale) == pytest.approx(0.0)
     assert float(narrow.kernel_log_scale) == pytest.approx(math.log(0.5))
     u = tf.constant([[0.0, 0.0], [1.0, 1.0]])
     log_k = gcl.rbf_log_kernel(u, u, narrow.kernel_log_scale).numpy()
     assert log_k[0, 1] == pytest.approx(-0.5 * 2.0 / 0.5, rel=1e-5)
+
+
+def test_our_extensions_are_the_defaults_and_null_is_the_paper():
+    defaults = gcl.Config()
+    assert defaults.regularize_below == 1.0 and defaults.kernel_width == 1.0
+    paper = config_lib.resolve({"method": {"name": "gcl", "regularize_below": None, "kernel_width": None}}).method
+    assert paper.regularize_below is None and paper.kernel_width is None

@@ -48,11 +48,12 @@ class Config(MethodConfig):
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.
     # null: the paper (every context whose loss rose above its best is held).
-    regularize_below: Optional[float] = field(default=None, metadata=_range(0.0, lo_open=True))
-    # The RBF kernel's initial width w = exp(s) in log k = -0.5 ||u_i - u_j||^2 / exp(s) (s is learned).
-    # null: sqrt(hidden_size), as the authors initialise it; there every edge starts near
-    # probability 1 and a short stream ends before the kernel separates the classes (docs/gcl.md).
-    kernel_width: Optional[float] = field(default=None, metadata=_range(0.0, lo_open=True))
+    regularize_below: Optional[float] = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    # The RBF kernel's initial width w = exp(s) in log k = -0.5 ||u_i - u_j||^2 / exp(s) (s is
+    # learned; our extension, docs/gcl.md). null: sqrt(hidden_size), as the authors initialise it:
+    # every edge starts near probability 1 and a short stream ends before the kernel separates
+    # the classes.
+    kernel_width: Optional[float] = field(default=1.0, metadata=_range(0.0, lo_open=True))
     # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
     # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
     context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
