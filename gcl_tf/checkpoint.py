@@ -144,6 +144,18 @@ def check_resumable(output_dir: str, config) -> list[str]:
     return candidates
 
 
+def can_resume(output_dir: str, config) -> bool:
+    """True when ``output_dir`` holds checkpoints of an unfinished run of ``config`` (one stopped
+    by a signal): a tuner or a suite runs it again with ``resume=True``."""
+    if os.path.exists(os.path.join(output_dir, "results.json")) or not saved_checkpoints(output_dir):
+        return False
+    try:
+        check_resumable(output_dir, config)
+    except UserError:
+        return False
+    return True
+
+
 class RunCheckpoints:
     """The model, its optimizer and a :class:`Progress`, saved under ``DIR/checkpoints``.
 
