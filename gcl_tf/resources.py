@@ -110,8 +110,8 @@ def device_memory() -> tuple[int | None, str]:
 
 
 # ----------------------------------------------------------------------------- the check
-def _gib(size: int) -> str:
-    return f"{size / GIB:.1f} GiB"
+def _size(size: int) -> str:
+    return f"{size / GIB:.1f} GiB" if size >= GIB / 10 else f"{size / 2**20:.1f} MiB"
 
 
 def advice(config) -> str:
@@ -139,8 +139,8 @@ def check_memory(config, input_shape, available: int | None = None, where: str =
             return
     if needed <= available:
         return
-    parts = ", ".join(f"{what} {_gib(size)}" for what, size in buffers)
+    parts = ", ".join(f"{what} {_size(size)}" for what, size in buffers)
     raise OutOfMemory(
-        f"method.memory_size: {config.method.memory_size} needs at least {_gib(needed)} ({parts}) but "
-        f"{_gib(available)} of {where or 'memory'} is there; {advice(config)}"
+        f"method.memory_size: {config.method.memory_size} needs at least {_size(needed)} ({parts}) but "
+        f"{_size(available)} of {where or 'memory'} is there; {advice(config)}"
     )

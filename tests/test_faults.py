@@ -93,8 +93,9 @@ def crashed_run(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["truncated", "garbled"])
-def test_resume_skips_a_damaged_newest_checkpoint_in_one_line(how, crashed_run, capsys):
+def test_resume_skips_a_damaged_newest_checkpoint_in_one_line(how, crashed_run, capsys, monkeypatch):
     from gcl_tf import train
+    from gcl_tf.checkpoint import saved_checkpoints
 
     config, run, whole = crashed_run
     folder = run / "checkpoints"
@@ -102,12 +103,22 @@ def test_resume_skips_a_damaged_newest_checkpoint_in_one_line(how, crashed_run, 
     assert (folder / "ckpt-10.index").exists()  # the one before is kept
     damage(str(folder / "ckpt-12"), how)
 
+    # Resumed from ckpt-10 and stopped again after step 11: the damaged one is gone from the
+    # folder and its index, so the next saves keep good checkpoints only.
     capsys.readouterr()
-    assert train.main(["--config", config, "--output", str(run), "--resume"]) == 0
+    crash_after_step(monkeypatch, 11)
+    with pytest.raises(Crash):
+        train.main(["--config", config, "--output", str(run), "--resume"])
+    monkeypatch.undo()
     lines = capsys.readouterr().err.strip().splitlines()
     reason = "Read less bytes than requested" if how == "truncated" else "Checksum does not match"
     assert len(lines) == 1 and lines[0].startswith("warning: ckpt-12 does not restore (") and reason in lines[0], lines
-    assert "resuming from ckpt-10" in lines[0]
+    assert lines[0].endswith(": removed; resuming from ckpt-10, the newest checkpoint that restores")
+    assert saved_checkpoints(str(run)) == [str(folder / "ckpt-10")]
+    assert sorted(os.listdir(folder)) == ["checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index"]
+
+    assert train.main(["--config", config, "--output", str(run), "--resume"]) == 0
+    assert capsys.readouterr().err == ""
     resumed, uninterrupted = results_of(run), results_of(whole)
     assert resumed["resumed_from_step"] == 10
     assert resumed["accuracy_matrix"] == uninterrupted["accuracy_matrix"]
@@ -208,18 +219,19 @@ def test_tune_overwrite_keeps_the_lock_file_it_holds(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- 3. preemption
-# GCL, 2 tasks x 3 epochs x 15 batches (45 steps a task), no periodic checkpoint: the only
+# ER, 2 tasks x 5 epochs x 10 batches (50 steps a task), no periodic checkpoint: the only
 # checkpoint inside a task is the one the signal asks for.
 PREEMPTED_RUN = """\
 seed: 0
-benchmark: {name: permuted, dataset: digits, source: digits, num_tasks: 2, samples_per_task: 150,
+benchmark: {name: permuted, dataset: digits, source: digits, num_tasks: 2, samples_per_task: 100,
             test_samples_per_task: 60}
-method: {name: gcl, memory_size: 20, test_graph_samples: 4, context_temperature: 0.1}
+method: {name: er, memory_size: 30}
 model: {backbone: mlp, hidden_size: 16}
-train: {batch_size: 10, epochs: 3, optimizer: adam, learning_rate: 0.003, verbose: 2, log_every: 0,
+train: {batch_size: 10, epochs: 5, optimizer: adam, learning_rate: 0.003, verbose: 2, log_every: 0,
         checkpoint_every: 0}
 eval: {batch_size: 64}
 """
+STEPS = 50
 
 
 def train_process(config, out, *extra, **popen):
@@ -268,14 +280,16 @@ def test_a_signal_saves_at_the_next_step_and_resume_is_bit_identical(signum, pre
     path = latest(out)
     saved = checkpoint_arrays(path)
     task, batch = (int(saved[f"progress/{k}/.ATTRIBUTES/VARIABLE_VALUE"]) for k in ("task", "batch"))
-    assert task == 1 and 0 < batch < 45 and path.endswith(f"ckpt-{45 + batch}"), (path, task, batch)
-    assert f"at step {45 + batch} (task 2/2, batch {batch})" in lines[0]
+    assert task == 1 and 0 < batch < STEPS and path.endswith(f"ckpt-{STEPS + batch}"), (path, task, batch)
+    assert f"at step {STEPS + batch} (task 2/2, batch {batch})" in lines[0]
 
+    if signum != signal.SIGTERM:  # the resume is the same whichever signal stopped the run
+        return
     proc = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=REPO, env=ENV,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     resumed, whole = results_of(out), results_of(uninterrupted)
-    assert resumed["resumed_from_step"] == 45 + batch
+    assert resumed["resumed_from_step"] == STEPS + batch
     assert resumed["accuracy_matrix"] == whole["accuracy_matrix"]
     assert_bit_identical(checkpoint_arrays(latest(out)), checkpoint_arrays(latest(uninterrupted)))
 
