@@ -72,8 +72,9 @@ def exclusive(folder: str, option: str = "--output"):
                 f"{folder} is in use by another run ({_holder(fd)} holds {path}); wait for it to end, "
                 f"stop it, or choose another {option}"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        with contextlib.suppress(OSError):  # the pid only informs; a full disk is reported by the run's writes
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         yield path
     finally:
         os.close(fd)  # releases the lock

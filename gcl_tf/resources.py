@@ -90,22 +90,24 @@ def _cgroup_room(root: str = "/sys/fs/cgroup") -> int | None:
 
 
 def gpu_memory() -> int | None:
-    """Bytes TensorFlow may allocate on the smallest visible GPU, None without a GPU."""
-    import tensorflow as tf
-
-    if not tf.config.list_physical_devices("GPU"):
-        return None
+    """Bytes TensorFlow may allocate on the smallest of its GPUs (its allocator's limit), None
+    when TensorFlow does not say."""
     from tensorflow.python.client import device_lib
 
-    limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+    try:
+        limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+    except Exception:  # noqa: BLE001 - an estimate is no reason to stop a run
+        return None
     return min(limits) if limits else None
 
 
 def device_memory() -> tuple[int | None, str]:
-    """``(bytes, where)``: the GPU's memory when TensorFlow uses one, else the host's available RAM."""
-    gpu = gpu_memory()
-    if gpu is not None:
-        return gpu, "GPU memory"
+    """``(bytes or None when unknown, where)``: the GPU's memory when TensorFlow uses a GPU, else
+    the host's available RAM."""
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return gpu_memory(), "GPU memory"
     return host_available(), "available RAM"
 
 
