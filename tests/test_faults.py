@@ -4,6 +4,7 @@ in one line: exit status 2, or 128 + the signal for a stop that saved a checkpoi
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import re
@@ -292,6 +293,66 @@ def test_a_signal_saves_at_the_next_step_and_resume_is_bit_identical(signum, pre
     assert resumed["resumed_from_step"] == STEPS + batch
     assert resumed["accuracy_matrix"] == whole["accuracy_matrix"]
     assert_bit_identical(checkpoint_arrays(latest(out)), checkpoint_arrays(latest(uninterrupted)))
+
+
+def sigterm_after_step(monkeypatch, step):
+    """A real SIGTERM to this process right after training step ``step`` (of a run's task)."""
+    from gcl_tf import callbacks
+
+    after_batch = callbacks.PeriodicCheckpoint.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.step + self._per_call == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return after_batch(self, batch, logs)
+
+    monkeypatch.setattr(callbacks.PeriodicCheckpoint, "on_train_batch_end", on_train_batch_end)
+
+
+def stopped_line(main, argv, capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 128 + signal.SIGTERM
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stopped: SIGTERM received: stopped at step "), lines
+    return lines[0]
+
+
+def test_a_stopped_search_and_suite_go_on_from_the_stopped_runs_checkpoint(tmp_path, monkeypatch, capsys):
+    """SIGTERM during a tune trial or a paper suite's run: one line, exit 143; the same command
+    again resumes that run from its checkpoint (not from its start)."""
+    from gcl_tf import train, tune
+    from gcl_tf.benchmark import paper
+    from tiny_suite import write_configs
+
+    for name in ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    config = write_config(tmp_path, {"benchmark": {"num_tasks": 2, "samples_per_task": 50},
+                                     "train": {"checkpoint_every": 0},
+                                     "tune": {"space": {"train.learning_rate": [0.1]}}})
+    suite_argv = ["--config-dir", write_configs(str(tmp_path / "configs")), "--benchmarks", "tiny_digits",
+                  "--methods", "finetune", "--seeds", "1", "--studies", "main", "--output", str(tmp_path / "suite")]
+    commands = {
+        "tune": (tune.main, ["--config", config, "--output", str(tmp_path / "search")],
+                 "run the same command again (without --overwrite) to resume the search"),
+        "paper": (paper.main, suite_argv, "run the same command again to resume the suite"),
+    }
+    runs = {"tune": os.path.join(tmp_path, "search", "trial_*"),
+            "paper": os.path.join(tmp_path, "suite", "runs", "tiny_digits", "finetune", "seed0")}
+    for name, (main, argv, hint) in commands.items():
+        with monkeypatch.context() as patch:
+            sigterm_after_step(patch, 7)  # in task 2 (a task is 4 to 6 steps)
+            line = stopped_line(main, argv, capsys)
+        assert re.search(r"at step 7 \(task 2/2, batch [1-3]\)", line) and line.endswith(f"; {hint}"), line
+        resumed = []
+        with monkeypatch.context() as patch:
+            real = train.run
+            patch.setattr(train, "run", lambda *a, **k: resumed.append(k.get("resume")) or real(*a, **k))
+            assert main(argv) == 0
+        assert resumed == [True], (name, resumed)
+        [run] = glob.glob(runs[name])
+        assert results_of(run)["resumed_from_step"] == 7, run
 
 
 def test_a_second_signal_stops_at_once():
