@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import glob
-import json
 import os
 import re
 import shutil
