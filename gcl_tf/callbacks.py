@@ -127,14 +127,16 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     after the task-end evaluation. ``check()`` (one scalar read of the model's non-finite flag)
     runs before each of those saves and when ``fit`` ends, before the task-end hooks, so a
     diverged run stops at the next check with the last good checkpoint kept. No per-step host
-    sync: the step is counted in Python, as :class:`StepLogger` does.
+    sync: the step is counted in Python, as :class:`StepLogger` does. ``stop(batches)``, if
+    given, runs after every step but a task's last (a signal's save-and-stop, which raises).
     """
 
-    def __init__(self, every: int, save, check):
+    def __init__(self, every: int, save, check, stop=None):
         super().__init__()
         self.every = int(every)
         self.save = save
         self.check = check
+        self.stop = stop
         self.task_first_step = 0
         self.task_steps = 0
         self.step = None
@@ -152,9 +154,12 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         previous = self.step
         self.step += self._per_call
         done = self.step - self.task_first_step
-        if not self.every or self.step // self.every == previous // self.every or done >= self.task_steps:
+        if done >= self.task_steps:
             return
-        self.save(done)
+        if self.every and self.step // self.every != previous // self.every:
+            self.save(done)
+        if self.stop is not None:
+            self.stop(done)
 
     def on_train_end(self, logs=None):
         self.check()

@@ -15,23 +15,32 @@ with the model's variables), and a task's batch order is precomputed from the se
 Writes are atomic by design: TensorFlow writes the checkpoint's files first, then replaces the
 small ``checkpoint`` index file (write to a temporary file, then rename), and only then deletes
 the checkpoint it supersedes. A kill at any moment leaves the index pointing at a complete one.
+The last two are kept: when the newest was damaged afterwards (a disk or copy fault),
+``--resume`` restores the one before. A write that fails (a full disk) removes what it wrote and
+leaves the index and the kept checkpoints as they were.
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import shutil
+import sys
 
 import numpy as np
 import tensorflow as tf
 
 from gcl_tf import config as config_lib
 from gcl_tf.errors import TrainingError, UserError
+from gcl_tf.faults import disk_error
 
 CHECKPOINTS = "checkpoints"
 CONFIG = "config.yaml"
 # Keys that do not change a run's results: a run may be resumed with other values.
 RESUME_IGNORED_KEYS = ("output_dir", "train.verbose", "train.log_every", "train.checkpoint_every", "tune")
-# The last checkpoint is enough: the one it supersedes is deleted only after it is complete.
-MAX_TO_KEEP = 1
+# The last two: the one a save supersedes is deleted only after it is complete, and the one
+# before it is there for a newest checkpoint damaged later (a truncated or garbled file).
+MAX_TO_KEEP = 2
 
 
 class Progress(tf.Module):
@@ -69,6 +78,23 @@ def latest_checkpoint(output_dir: str):
     return tf.train.latest_checkpoint(folder) if os.path.isdir(folder) else None
 
 
+def saved_checkpoints(output_dir: str) -> list[str]:
+    """The path prefixes of the checkpoints the index of ``output_dir`` lists, newest first."""
+    folder = checkpoint_dir(output_dir)
+    state = tf.train.get_checkpoint_state(folder) if os.path.isdir(folder) else None
+    if state is None or not state.model_checkpoint_path:
+        return []
+    paths = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    return [p if os.path.isabs(p) else os.path.join(folder, p) for p in reversed(paths)]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].split(" [Op:")[0] if text else error.__class__.__name__
+
+
 def _flat(data: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in data.items():
@@ -90,12 +116,13 @@ def config_differences(saved: dict, current: dict, ignored=RESUME_IGNORED_KEYS) 
     return [f"{k} ({a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r})" for k in keys if a.get(k) != b.get(k)]
 
 
-def check_resumable(output_dir: str, config) -> str:
-    """The checkpoint ``--resume`` continues from; a one-line UserError when there is none or when
-    ``config`` differs from the run's ``DIR/config.yaml`` in a key that changes results."""
-    latest = latest_checkpoint(output_dir)
+def check_resumable(output_dir: str, config) -> list[str]:
+    """The checkpoints ``--resume`` may continue from, newest first; a one-line UserError when
+    there is none or when ``config`` differs from the run's ``DIR/config.yaml`` in a key that
+    changes results."""
+    candidates = saved_checkpoints(output_dir)
     saved_path = os.path.join(output_dir, CONFIG)
-    if latest is None:
+    if not candidates:
         raise UserError(
             f"--resume: no checkpoint to resume from in {checkpoint_dir(output_dir)}; "
             "run without --resume to start the run"
@@ -114,7 +141,19 @@ def check_resumable(output_dir: str, config) -> str:
             f"--resume: the config differs from the run's {saved_path}: {shown}; "
             "resume with the run's config or start a new run in another --output"
         )
-    return latest
+    return candidates
+
+
+def can_resume(output_dir: str, config) -> bool:
+    """True when ``output_dir`` holds checkpoints of an unfinished run of ``config`` (one stopped
+    by a signal): a tuner or a suite runs it again with ``resume=True``."""
+    if os.path.exists(os.path.join(output_dir, "results.json")) or not saved_checkpoints(output_dir):
+        return False
+    try:
+        check_resumable(output_dir, config)
+    except UserError:
+        return False
+    return True
 
 
 class RunCheckpoints:
@@ -146,14 +185,48 @@ class RunCheckpoints:
         """Restore every saved variable from ``path``; a UserError if it does not fit the model
         built from the config (another dataset shape, a damaged file)."""
         try:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
-        except (ValueError, AssertionError, tf.errors.OpError) as error:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+            self._restore(path)
+        except Exception as error:  # noqa: BLE001 - a damaged file fails in many ways
             raise UserError(
-                f"--resume: cannot restore {path} into the model built from the config ({message}); "
+                f"--resume: cannot restore {path} into the model built from the config ({_first_line(error)}); "
                 "was the data changed? start a new run in another --output"
             ) from None
+
+    def _restore(self, path: str) -> None:
+        self.checkpoint.restore(path).assert_existing_objects_matched()
         self.saved_step = int(self.model.step_counter.numpy())
+
+    def restore_newest(self, candidates: list[str]) -> str:
+        """Restore the newest of ``candidates`` (newest first) that restores completely and
+        return it. Newer ones that do not (a truncated or garbled file) are named in one line
+        on stderr and removed, so that the checkpoints kept from now on are good ones; a
+        one-line UserError naming every file when none restores."""
+        failures = []
+        for path in candidates:
+            try:
+                self._restore(path)
+            except Exception as error:  # noqa: BLE001 - a damaged file fails in many ways
+                failures.append((path, _first_line(error)))
+                continue
+            if failures:
+                skipped = "; ".join(f"{os.path.basename(p)} does not restore ({why})" for p, why in failures)
+                print(f"warning: {skipped}: removed; resuming from {os.path.basename(path)}, the newest "
+                      f"checkpoint that restores", file=sys.stderr, flush=True)
+                self._forget([p for p, _ in failures], candidates)
+            return path
+        listed = "; ".join(f"{p} ({why})" for p, why in failures)
+        raise UserError(
+            f"--resume: no checkpoint of {self.folder} restores into the model built from the config: {listed}; "
+            "if the data changed, resume with the run's data, else start a new run in another --output"
+        )
+
+    def _forget(self, damaged: list[str], candidates: list[str]) -> None:
+        """Remove the ``damaged`` checkpoints' files and list only the others in the index."""
+        for path in damaged:
+            for name in glob.glob(glob.escape(path) + ".*"):
+                os.unlink(name)
+        kept = [p for p in reversed(candidates) if p not in damaged]  # oldest first, as the index
+        tf.compat.v1.train.update_checkpoint_state(self.folder, kept[-1], kept)
 
     def check_finite(self) -> None:
         """A TrainingError naming the step (and its task and batch) if a step was not finite.
@@ -173,10 +246,30 @@ class RunCheckpoints:
 
     def save(self, progress: dict) -> str:
         """Check that no step diverged, record ``progress`` (the keyword arguments of
-        :meth:`Progress.record`) and write a checkpoint numbered by the global step."""
+        :meth:`Progress.record`) and write a checkpoint numbered by the global step. A write that
+        fails (a full disk) is a one-line DiskError; what it wrote is removed."""
         self.check_finite()
         self.progress.record(**progress)
         step = int(self.model.step_counter.numpy())
-        path = self.manager.save(checkpoint_number=step)
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (OSError, tf.errors.OpError) as error:
+            self._remove_partial(step)
+            kept = (f"then continue with --resume from the checkpoint of step {self.saved_step}, which is kept"
+                    if self.saved_step is not None else "then run again")
+            raise disk_error(os.path.join(self.folder, f"ckpt-{step}"), error, kept) from None
         self.saved_step = step
         return path
+
+    def _remove_partial(self, step: int) -> None:
+        """The files of a checkpoint whose write failed (unless the index lists it: then it is
+        an earlier complete one of the same number)."""
+        prefix = os.path.join(self.folder, f"ckpt-{step}")
+        with contextlib.suppress(Exception):  # never hide the error of the write
+            if prefix in saved_checkpoints(os.path.dirname(self.folder)):
+                return
+            for name in glob.glob(glob.escape(prefix) + ".*") + glob.glob(glob.escape(prefix) + "_temp*"):
+                if os.path.isdir(name):
+                    shutil.rmtree(name, ignore_errors=True)
+                else:
+                    os.unlink(name)

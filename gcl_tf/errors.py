@@ -1,4 +1,5 @@
-"""User-facing errors: one line, exit status 2, no traceback."""
+"""User-facing errors: one line, exit status 2, no traceback; a run stopped by a signal: one
+line, exit status 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM)."""
 from __future__ import annotations
 
 import functools
@@ -27,8 +28,44 @@ class TrainingError(UserError):
     """Training cannot go on (for example a non-finite loss)."""
 
 
+class DiskError(UserError, OSError):
+    """A file cannot be written (a full disk, an I/O error, no permission): an environmental
+    fault, reported as one line like a user mistake. Also an OSError, for callers that catch those."""
+
+
+class FolderBusy(UserError):
+    """Another process holds the lock of an output folder."""
+
+
+class OutOfMemory(UserError):
+    """The run's buffers need more memory than the device has."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A run stopped on a signal (SIGTERM, Ctrl-C) after saving a checkpoint.
+
+    A KeyboardInterrupt, so that code which stops on Ctrl-C (KerasTuner's trial loop, which
+    records any Exception as a failed trial and goes on) stops on it too. Command-line entry
+    points print the message (with :meth:`with_hint`'s way to resume) and exit with
+    ``exit_status``: 128 + the signal's number, as a shell reports a process ended by it.
+    """
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.message = message
+        self.signum = int(signum)
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+    def with_hint(self, hint: str) -> "Stopped":
+        return Stopped(f"{self.message}; {hint}", self.signum)
+
+
 def exit_on_user_error(main):
-    """Decorate a CLI ``main``: a :class:`UserError` becomes one line on stderr and exit 2."""
+    """Decorate a CLI ``main``: a :class:`UserError` becomes one line on stderr and exit 2; a
+    :class:`Stopped` run one line and its exit status."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
@@ -38,5 +75,8 @@ def exit_on_user_error(main):
             message = " ".join(str(error).split())  # exactly one line
             print(f"error: {message}", file=sys.stderr)
             sys.exit(USAGE_EXIT_CODE)
+        except Stopped as stop:
+            print(f"stopped: {' '.join(stop.message.split())}", file=sys.stderr)
+            sys.exit(stop.exit_status)
 
     return wrapper

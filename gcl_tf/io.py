@@ -1,4 +1,7 @@
-"""Atomic file writes: a temporary file in the same folder, fsync, then rename."""
+"""Atomic file writes: a temporary file in the same folder, fsync, then rename.
+
+A write that fails (a full disk, an I/O error) leaves the previous file as it was and no
+temporary file, and raises a one-line :class:`gcl_tf.errors.DiskError` (also an OSError)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +9,8 @@ import os
 import tempfile
 
 import numpy as np
+
+from gcl_tf.faults import disk_error
 
 
 def _default(value):
@@ -24,6 +29,13 @@ def _new_file_mode() -> int:
 
 
 def write_atomic(path: str, data: bytes | str) -> None:
+    try:
+        _write_atomic(path, data)
+    except OSError as error:
+        raise disk_error(path, error) from None
+
+
+def _write_atomic(path: str, data: bytes | str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"

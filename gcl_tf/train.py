@@ -6,6 +6,8 @@ Writes ``DIR/results.json`` (never overwritten without ``--overwrite``), ``DIR/c
 ``DIR/model.json`` (what ``gcl_tf.export`` needs besides the checkpoint), TensorBoard logs under
 ``DIR/tensorboard`` and checkpoints under ``DIR/checkpoints`` (every ``train.checkpoint_every``
 steps and at every task end); ``--resume`` continues a killed run from its last checkpoint.
+One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
+checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse
 import contextlib
 import datetime
+import shlex
 import shutil
 import sys
 import tempfile
@@ -25,7 +28,8 @@ import warnings
 import numpy as np
 
 from gcl_tf import config as config_lib
-from gcl_tf.errors import UserError, exit_on_user_error
+from gcl_tf.errors import DiskError, Stopped, UserError, exit_on_user_error
+from gcl_tf.faults import StopSignals, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic, write_npz_atomic
 from gcl_tf.quiet import import_tensorflow
 
@@ -87,7 +91,8 @@ def is_chief(strategy) -> bool:
 
 
 def build_training_state(config, benchmark, output_dir: str, resume_from=None):
-    """The compiled model and its checkpoints, restored from ``resume_from`` if given.
+    """The compiled model and its checkpoints, restored from the newest of ``resume_from`` (the
+    checkpoints to resume from, newest first) that restores, if given.
 
     Everything that creates variables happens here (a distribution strategy's scope goes around
     this call).
@@ -98,8 +103,17 @@ def build_training_state(config, benchmark, output_dir: str, resume_from=None):
     model.compile_for_training(config.train)
     checkpoints = RunCheckpoints(model, benchmark.num_tasks, output_dir)
     if resume_from is not None:
-        checkpoints.restore(resume_from)
+        checkpoints.restore_newest(resume_from)
     return model, checkpoints
+
+
+@contextlib.contextmanager
+def finishing():
+    """The last writes of a run: a failed one says that the run's checkpoint is kept."""
+    try:
+        yield
+    except DiskError as error:
+        raise DiskError(f"{error}, then finish the run with --resume (its last checkpoint is kept)") from None
 
 
 def model_info(config, benchmark) -> dict:
@@ -131,23 +145,24 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     """Train and evaluate one configuration; returns (and writes) the results dictionary.
 
     ``resume``: continue from the last checkpoint in ``output_dir`` (the config must match the
-    run's ``config.yaml``). Bad input (config, data, a missing checkpoint) raises a UserError
-    before anything in ``output_dir`` is written.
+    run's ``config.yaml``). Bad input (config, data, a missing checkpoint, more memory than the
+    device has) raises a UserError before anything in ``output_dir`` is written; another run
+    holding ``output_dir`` a FolderBusy. SIGTERM or SIGINT during training saves a checkpoint at
+    the next step and raises :class:`gcl_tf.errors.Stopped`.
     """
     import keras
     import tensorflow as tf
 
-    from gcl_tf import metrics
-    from gcl_tf.callbacks import PeriodicCheckpoint, StepLogger, TaskBoundary, TaskEndEvaluation
     from gcl_tf.checkpoint import check_resumable
     from gcl_tf.data import ContinualBenchmark
-    from gcl_tf.data.streams import task_steps_per_epoch, train_dataset
-    from gcl_tf.distribute import distribute_batches
+    from gcl_tf.data.streams import task_steps_per_epoch
+    from gcl_tf.resources import check_memory
 
     output_dir = output_dir or config.output_dir
     verbose = config.train.verbose if verbose is None else verbose
     check_output(output_dir, overwrite, resume)
-    resume_from = check_resumable(output_dir, config) if resume else None
+    if resume:
+        check_resumable(output_dir, config)
 
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -164,6 +179,23 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         with tempfile.TemporaryDirectory(prefix="gcl_tf-worker-") as scratch:
             return run(config, output_dir=scratch, overwrite=True, verbose=0, benchmark=benchmark,
                        _strategy=strategy)
+    check_memory(config, benchmark.input_shape)
+    # Multi-worker training stops together or not at all: there a signal ends the process.
+    with exclusive(output_dir), StopSignals(enabled=config.train.distribute != "multi_worker") as stop:
+        check_output(output_dir, overwrite, resume)  # again, now that no other run can change the folder
+        resume_from = check_resumable(output_dir, config) if resume else None
+        return _train(config, output_dir, verbose, benchmark, strategy, resume_from, stop)
+
+
+def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, stop: StopSignals) -> dict:
+    """:func:`run` in the folder it holds: build (or restore) the model, train, write the results."""
+    import tensorflow as tf
+
+    from gcl_tf import metrics
+    from gcl_tf.callbacks import PeriodicCheckpoint, StepLogger, TaskBoundary, TaskEndEvaluation
+    from gcl_tf.data.streams import train_dataset
+    from gcl_tf.distribute import distribute_batches
+
     if strategy is not None:  # a distributed iterator reports its end as running out of data
         warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
@@ -201,7 +233,21 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         seconds[checkpoints.task] = train_seconds_so_far(checkpoints.task)
         checkpoints.save(progress_now(checkpoints.task, batches_done, seconds))
 
-    periodic = PeriodicCheckpoint(config.train.checkpoint_every, save_mid_task, checkpoints.check_finite)
+    def stop_if_asked(batches_done=None):
+        """After a step (``batches_done`` of the task) or a task's end: on a signal, save (unless
+        this step was just saved) and stop."""
+        if stop.received is None:
+            return
+        step = int(model.step_counter.numpy())
+        if batches_done is not None and checkpoints.saved_step != step:
+            save_mid_task(batches_done)
+        where = (f"task {checkpoints.task + 1}/{T}, batch {batches_done}" if batches_done is not None
+                 else f"after task {checkpoints.task + 1}/{T}")
+        raise Stopped(f"{stop.name} received: stopped at step {step} ({where}) and saved its checkpoint in "
+                      f"{checkpoints.folder}", stop.received)
+
+    periodic = PeriodicCheckpoint(config.train.checkpoint_every, save_mid_task, checkpoints.check_finite,
+                                  stop=stop_if_asked)
     for task in benchmark.tasks[first_task:]:
         i = task.index
         done = skip if i == first_task else 0
@@ -236,10 +282,13 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         )
         task_seconds[i] = train_seconds_so_far(i)
         checkpoints.save(progress_now(i + 1, 0, task_seconds))
+        if i + 1 < T:  # after the last task the run just finishes
+            stop_if_asked()
     writer.flush()
     artifacts = model.export_artifacts(benchmark, config.eval.split)
-    if artifacts:
-        write_npz_atomic(os.path.join(output_dir, ARTIFACTS), artifacts)
+    with finishing():
+        if artifacts:
+            write_npz_atomic(os.path.join(output_dir, ARTIFACTS), artifacts)
 
     R = evaluator.matrix
     summary = metrics.summarize(R)
@@ -264,7 +313,8 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(),
     }
-    write_json_atomic(os.path.join(output_dir, RESULTS), results)
+    with finishing():
+        write_json_atomic(os.path.join(output_dir, RESULTS), results)
     if verbose:
         print(f"ACC {summary['acc']:.2f}  FGT {summary['fgt']:.2f}  BWT {summary['bwt']:.2f}  "
               f"(train {results['train_seconds']:.1f}s, eval {results['eval_seconds']:.1f}s) -> "
@@ -287,13 +337,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def resume_command(argv) -> str:
+    """The command that resumes the run ``argv`` started."""
+    kept = [a for a in argv if a not in ("--overwrite", "--resume")]
+    return " ".join(["python -m gcl_tf.train", *map(shlex.quote, kept), "--resume"])
+
+
 @exit_on_user_error
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     import_tensorflow()  # first, so a config error is the only line on stderr
     overrides = args.overrides + (["train.deterministic=true"] if args.deterministic else [])
     config = config_lib.load_config(args.config, overrides)
-    run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume)
+    try:
+        run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume)
+    except Stopped as stop:
+        raise stop.with_hint(f"resume with: {resume_command(argv)}") from None
     return 0
 
 

@@ -21,11 +21,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
+import contextlib
 import copy
 import functools
 import itertools
 import json
 import math
+import shutil
 import sys
 import time
 
@@ -33,7 +35,8 @@ import yaml
 
 from gcl_tf import config as config_lib
 from gcl_tf import train as train_lib
-from gcl_tf.errors import ConfigError, TrainingError, UserError, exit_on_user_error
+from gcl_tf.errors import ConfigError, Stopped, TrainingError, UserError, exit_on_user_error
+from gcl_tf.faults import entries, exclusive
 from gcl_tf.io import read_json, write_atomic, write_json_atomic
 from gcl_tf.quiet import import_tensorflow
 
@@ -289,14 +292,17 @@ def _make_classes():
         def fit(self, hp, config, output_dir=None, trial_id=None, **kwargs):
             import keras
 
+            from gcl_tf.checkpoint import can_resume
+
             values = {k: hp.values[k] for k in self.plan.space}
             config.output_dir = output_dir
             results = _finished_run(output_dir, config)
             if results is None:
                 keras.backend.clear_session()
+                resume = can_resume(output_dir, config)  # a trial stopped by a signal goes on
                 try:
-                    results = train_lib.run(config, output_dir, overwrite=True, verbose=self.plan.trial_verbose,
-                                            benchmark=self.plan.benchmark_for(config))
+                    results = train_lib.run(config, output_dir, overwrite=not resume, verbose=self.plan.trial_verbose,
+                                            benchmark=self.plan.benchmark_for(config), resume=resume)
                 except TrainingError as error:  # a diverging run: the worst score, the search goes on
                     print(f"  trial {trial_id}: {' '.join(str(error).split())} (scored 0)", flush=True)
                     results = {"acc": 0.0, "fgt": float("nan"), "bwt": float("nan"), "num_tasks": 0}
@@ -435,7 +441,7 @@ def role() -> str:
 
 def _check_output(search: Search, overwrite: bool, who: str) -> None:
     folder = search.output_dir
-    if who == "worker" or not os.path.isdir(folder) or not os.listdir(folder):
+    if who == "worker" or not os.path.isdir(folder) or not entries(folder):
         return
     if not os.path.exists(os.path.join(folder, SEARCH_FILE)):
         raise UserError(f"{folder} exists and holds no search ({SEARCH_FILE} is missing); choose another --output")
@@ -482,7 +488,10 @@ def make_oracle(search: Search, seed: int):
 
 # ----------------------------------------------------------------------------- the search
 def run_search(search: Search, overwrite: bool = False) -> dict:
-    """Run (or resume, or join as a worker) a search; returns a summary (``best`` on the chief)."""
+    """Run (or resume, or join as a worker) a search; returns a summary (``best`` on the chief).
+
+    The chief (or a single process) holds the folder's lock (gcl_tf.faults.exclusive) for the
+    whole search; workers join the chief's folder."""
     import_tensorflow()
     who = role()
     _check_output(search, overwrite, who)
@@ -493,7 +502,24 @@ def run_search(search: Search, overwrite: bool = False) -> dict:
         search.benchmark_for(search.base)
     folder = os.path.abspath(search.output_dir)
     os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with exclusive(folder) if who != "worker" else contextlib.nullcontext():
+        _check_output(search, overwrite, who)  # again, now that no other search can change the folder
+        if overwrite:  # here, not by KerasTuner: its overwrite deletes the folder with the lock file
+            _clear(folder)
+        return _search(search, folder, who)
 
+
+def _clear(folder: str) -> None:
+    """Delete what ``folder`` holds but its lock file."""
+    for name in entries(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def _search(search: Search, folder: str, who: str) -> dict:
     _, ContinualTuner, ChiefDisplay = _make_classes()
     # KerasTuner's oracle seed 0 means "random": shift the config's seed into 1 .. 2**31 - 1.
     oracle = make_oracle(search, seed=search.base.seed % (2**31 - 1) + 1)
@@ -502,7 +528,7 @@ def run_search(search: Search, overwrite: bool = False) -> dict:
     else:  # the tuner prints a line per trial it runs
         oracle.verbose = 0
     tuner = ContinualTuner(search, oracle, directory=os.path.dirname(folder),
-                           project_name=os.path.basename(folder), overwrite=overwrite)
+                           project_name=os.path.basename(folder), overwrite=False)
     fresh = not os.path.exists(os.path.join(folder, SEARCH_FILE))
     if who != "worker":
         write_json_atomic(os.path.join(folder, SEARCH_FILE), search.description())
@@ -620,6 +646,8 @@ def main(argv=None) -> int:
     try:
         search(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
                output_dir=args.output, overwrite=args.overwrite, verbose=args.verbose)
+    except Stopped as stop:  # SIGTERM or Ctrl-C during a trial's training
+        raise stop.with_hint("run the same command again (without --overwrite) to resume the search") from None
     except KeyboardInterrupt:
         print("\ninterrupted: run the same command again (without --overwrite) to resume", file=sys.stderr)
         return 130

@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 
 from gcl_tf.benchmark import layout
-from gcl_tf.errors import ConfigError, DataError, UserError, exit_on_user_error
+from gcl_tf.errors import ConfigError, DataError, Stopped, UserError, exit_on_user_error
+from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
 
 PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
@@ -234,6 +235,7 @@ def run_suite(runs, output: str, verbose=None, log=print) -> dict:
     import keras
 
     from gcl_tf import train
+    from gcl_tf.checkpoint import can_resume
 
     # Consecutive runs share their data: group by benchmark and seed, keeping the plan's order otherwise.
     order = {}
@@ -251,11 +253,12 @@ def run_suite(runs, output: str, verbose=None, log=print) -> dict:
             counts["skipped"] += 1
             log(f"{label}: finished before, skipped")
             continue
-        log(f"{label}: training ({run.study}) -> {folder}")
+        resume = can_resume(folder, run.config)  # a stopped suite: the run goes on from its checkpoint
+        log(f"{label}: {'resuming' if resume else 'training'} ({run.study}) -> {folder}")
         run_start = time.perf_counter()
         keras.backend.clear_session()
         results = train.run(run.config, output_dir=folder, overwrite=False, verbose=verbose,
-                            benchmark=cache.get(run.config))
+                            benchmark=cache.get(run.config), resume=resume)
         counts["trained"] += 1
         log(f"{label}: ACC {results['acc']:.2f} FGT {results['fgt']:.2f} in {time.perf_counter() - run_start:.0f} s "
             f"(suite {time.perf_counter() - start:.0f} s)")
@@ -322,15 +325,17 @@ def main(argv=None) -> int:
             print(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:8s} {state}")
         return 0
     check_data(runs)
-    os.makedirs(args.output, exist_ok=True)
-    record_invocation(args.output, argv)
-    print(f"{len(runs)} runs planned into {args.output}", flush=True)
-    counts = run_suite(runs, args.output, verbose=args.verbose,
-                       log=lambda text: print(text, flush=True))
-    print(f"trained {counts['trained']}, skipped {counts['skipped']} finished before", flush=True)
-    from gcl_tf.benchmark import plots
+    with exclusive(args.output):  # one suite at a time in DIR (each run also holds its own folder)
+        record_invocation(args.output, argv)
+        print(f"{len(runs)} runs planned into {args.output}", flush=True)
+        try:
+            counts = run_suite(runs, args.output, verbose=args.verbose, log=lambda text: print(text, flush=True))
+        except Stopped as stop:
+            raise stop.with_hint("run the same command again to resume the suite") from None
+        print(f"trained {counts['trained']}, skipped {counts['skipped']} finished before", flush=True)
+        from gcl_tf.benchmark import plots
 
-    plots.redraw(args.output)
+        plots.redraw(args.output)
     return 0
 
 

@@ -1,0 +1,126 @@
+"""The faults a long run meets on a shared machine (see docs/reliability.md):
+
+- :func:`exclusive`: one process at a time in an output folder, by an ``fcntl.flock`` lock on
+  ``DIR/gcl_tf.lock`` held for the run's whole life. The operating system releases it when the
+  process ends however it ends, so a killed run never leaves a stale lock (the file stays; it is
+  the lock on it that counts).
+- :class:`StopSignals`: SIGTERM (schedulers, cloud preemption) and Ctrl-C (SIGINT) only set a
+  flag, which the training loop reads between steps to save a checkpoint and stop; a second
+  signal acts as it would have without this (stops at once).
+- :func:`disk_error`: a write that failed (a full disk, an I/O error, no permission) as one line.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import signal
+import threading
+
+from gcl_tf.errors import DiskError, FolderBusy
+
+LOCK_FILE = "gcl_tf.lock"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+# ----------------------------------------------------------------------------- a full disk
+def _write_hint(code) -> str:
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on its disk"
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "make the folder writable"
+    return "check the disk"
+
+
+def disk_error(path: str, error: BaseException, then: str = "") -> DiskError:
+    """A one-line :class:`DiskError` for a failed write of ``path`` (an OSError, or one of
+    TensorFlow's errors, which carry the system's message in their text)."""
+    reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[-1].split("; ")[-1]
+    reason = reason.split(" [Op:")[0]
+    code = getattr(error, "errno", None)
+    if code is None and "No space left" in reason:
+        code = errno.ENOSPC
+    hint = f"{_write_hint(code)}, {then}" if then else _write_hint(code)
+    fault = DiskError(f"cannot write {path}: {reason}; {hint}")
+    fault.errno = code
+    return fault
+
+
+# ----------------------------------------------------------------------------- one run per folder
+def _holder(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 64).decode(errors="replace").strip()
+    return f"pid {text}" if text.isdigit() else "a process starting up"
+
+
+@contextlib.contextmanager
+def exclusive(folder: str, option: str = "--output"):
+    """Hold the lock of ``folder`` (created if missing) for the ``with`` block; a one-line
+    :class:`FolderBusy` naming the holder's pid when another process holds it."""
+    path = os.path.join(folder, LOCK_FILE)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        raise disk_error(path, error, f"or choose another {option}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusy(
+                f"{folder} is in use by another run ({_holder(fd)} holds {path}); wait for it to end, "
+                f"stop it, or choose another {option}"
+            ) from None
+        with contextlib.suppress(OSError):  # the pid only informs; a full disk is reported by the run's writes
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def entries(folder: str) -> list[str]:
+    """What ``folder`` holds, its lock file left out."""
+    return [name for name in os.listdir(folder) if name != LOCK_FILE]
+
+
+# ----------------------------------------------------------------------------- preemption
+class StopSignals:
+    """``with StopSignals() as stop:`` SIGTERM and SIGINT set ``stop.received`` (the signal's
+    number) instead of ending the process; the training loop reads it between steps. A second
+    signal restores the previous handler and acts as before (Ctrl-C twice stops at once). The
+    previous handlers come back when the block ends. Off the main thread (where Python cannot
+    install handlers) or with ``enabled=False`` it does nothing."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.received = None
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            return
+        previous = self._previous.get(signum, signal.SIG_DFL)
+        signal.signal(signum, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)
+
+    def __enter__(self):
+        if self.enabled:
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+        return False
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received is not None else ""

@@ -1,0 +1,148 @@
+"""Memory a run needs, checked before its model is built.
+
+:func:`largest_buffers` estimates a run's largest buffers from its config (a pure function):
+the episodic memory's images (stored as float32, as every method keeps them), GCL's learned
+context graph ([M, M] edge logits, or [M, H] edge embeddings), the graphs of a GCL training
+step ([k + B, k] for k contexts: the kernel, the edge logits and the sampled graph, all kept for
+the gradient) and the test-time graph noise ([S, N, M]: drawn for each evaluation batch, kept
+when it fits gcl.TEST_NOISE_CACHE_BYTES). It is a lower bound: weights, activations and
+TensorFlow's own buffers come on top. :func:`check_memory` refuses a run whose buffers exceed
+the memory of the device they live on: the GPU's (the smallest, with several) when one is
+used, else the host's available RAM.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from gcl_tf.errors import OutOfMemory
+
+FLOAT32 = 4
+GIB = 2**30
+STEP_GRAPH_TENSORS = 3  # kernel, edge logits, sampled graph: [k + B, k] each, all alive for the gradient
+
+
+def largest_buffers(config, input_shape) -> list[tuple[str, int]]:
+    """``(what, bytes)`` of the run's largest buffers on one device, largest first."""
+    method = config.method
+    memory = getattr(method, "memory_size", None)
+    if memory is None:  # finetune, ewc: no episodic memory
+        return []
+    image = math.prod(int(d) for d in input_shape) * FLOAT32
+    if method.name in ("gem", "agem"):  # memory_size // T slots for each of T tasks
+        tasks = int(config.benchmark.num_tasks)
+        slots = max(memory // tasks, 1) * tasks
+    else:
+        slots = memory
+    buffers = [(f"the memory's {slots} images", slots * image)]
+    if method.name == "gcl":
+        buffers += _gcl_buffers(config, memory)
+    return sorted(buffers, key=lambda item: -item[1])
+
+
+def _gcl_buffers(config, memory: int) -> list[tuple[str, int]]:
+    method, hidden = config.method, int(config.model.hidden_size)
+    if method.edge_memory == "matrix":
+        graph = (f"the [{memory}, {memory}] edge matrix", memory * memory * FLOAT32)
+    else:
+        graph = (f"the [{memory}, {hidden}] edge embeddings", memory * hidden * FLOAT32)
+    k = method.context_batch or memory
+    rows = k + int(config.train.batch_size)
+    step = (f"a training step's graphs ({STEP_GRAPH_TENSORS} x [{rows}, {k}])", STEP_GRAPH_TENSORS * rows * k * FLOAT32)
+    buffers = [graph, step]
+    if method.stochastic_graphs:
+        shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
+        buffers.append((f"the test graphs' noise [{', '.join(map(str, shape))}]", math.prod(shape) * FLOAT32))
+    return buffers
+
+
+# ----------------------------------------------------------------------------- what is there
+def host_available(meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes of RAM available to a new allocation: MemAvailable (Linux), capped by a cgroup v2
+    memory limit; else the physical memory; None when nothing says."""
+    available = None
+    try:
+        with open(meminfo) as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    limit = _cgroup_room()
+    return min(available, limit) if limit is not None else available
+
+
+def _cgroup_room(root: str = "/sys/fs/cgroup") -> int | None:
+    try:
+        with open(os.path.join(root, "memory.max")) as handle:
+            text = handle.read().strip()
+        with open(os.path.join(root, "memory.current")) as handle:
+            used = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if text == "max" else max(int(text) - used, 0)
+
+
+def gpu_memory() -> int | None:
+    """Bytes TensorFlow may allocate on the smallest of its GPUs (its allocator's limit), None
+    when TensorFlow does not say."""
+    from tensorflow.python.client import device_lib
+
+    try:
+        limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+    except Exception:  # noqa: BLE001 - an estimate is no reason to stop a run
+        return None
+    return min(limits) if limits else None
+
+
+def device_memory() -> tuple[int | None, str]:
+    """``(bytes or None when unknown, where)``: the GPU's memory when TensorFlow uses a GPU, else
+    the host's available RAM."""
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return gpu_memory(), "GPU memory"
+    return host_available(), "available RAM"
+
+
+# ----------------------------------------------------------------------------- the check
+def _size(size: int) -> str:
+    return f"{size / GIB:.1f} GiB" if size >= GIB / 10 else f"{size / 2**20:.1f} MiB"
+
+
+def advice(config) -> str:
+    method = config.method
+    if method.name == "gcl" and method.edge_memory == "matrix":
+        return ("set method.edge_memory: embeddings with method.context_batch (e.g. 1000), which make the graph "
+                "linear in the memory, or lower method.memory_size")
+    if method.name == "gcl" and method.context_batch is None:
+        return "set method.context_batch (e.g. 1000) or lower method.memory_size"
+    if method.name == "gcl":
+        return "lower method.context_batch, eval.batch_size or method.memory_size"
+    return "lower method.memory_size"
+
+
+def check_memory(config, input_shape, available: int | None = None, where: str = "") -> None:
+    """A one-line OutOfMemory when the run's largest buffers exceed ``available`` bytes (default:
+    :func:`device_memory`)."""
+    buffers = largest_buffers(config, input_shape)
+    needed = sum(size for _, size in buffers)
+    if not buffers or needed < 2**20:  # nothing worth asking the device about
+        return
+    if available is None:
+        available, where = device_memory()
+        if available is None:
+            return
+    if needed <= available:
+        return
+    parts = ", ".join(f"{what} {_size(size)}" for what, size in buffers)
+    raise OutOfMemory(
+        f"method.memory_size: {config.method.memory_size} needs at least {_size(needed)} ({parts}) but "
+        f"{_size(available)} of {where or 'memory'} is there; {advice(config)}"
+    )
