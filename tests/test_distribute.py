@@ -142,6 +142,6 @@ def test_distribution_errors_are_one_line(config_file, tmp_path):
         proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=_env())
         if expected is None:  # 5 does not split over 2 replicas (one CPU device here: 1 replica is fine)
             continue
-        lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
         assert not (tmp_path / "o").exists()

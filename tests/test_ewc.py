@@ -14,7 +14,7 @@ from gcl_tf.methods import ewc
 from gcl_tf.methods.common import require_task_boundaries
 from gcl_tf.train import run
 
-from helpers import DIGITS, digits_config  # noqa: E402
+from helpers import digits_config  # noqa: E402
 
 
 def softmax(z):
@@ -109,7 +109,8 @@ def test_method_fisher_is_non_negative_and_anchors_at_task_end():
     assert all(np.all(f >= 0) for f in importance)
     assert sum(float(f.sum()) for f in importance) > 0
     for anchor, variable in zip(model.ewc.anchor, model.network.trainable_variables):
-        np.testing.assert_allclose(anchor.numpy(), variable.numpy(), rtol=1e-5, atol=1e-7)  # one task: the anchor is theta_0
+        # one task: the anchor is theta_0
+        np.testing.assert_allclose(anchor.numpy(), variable.numpy(), rtol=1e-5, atol=1e-7)
     assert model.ewc.penalty(model.network.trainable_variables).numpy() == pytest.approx(0.0, abs=1e-6)
 
 

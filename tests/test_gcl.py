@@ -518,7 +518,7 @@ def test_context_batch_attends_to_k_distinct_filled_slots():
         assert valid.numpy().all() and len(set(s)) == 8
         assert np.all(s < int(model.memory.num_filled.numpy()))
         seen.update(s.tolist())
-        with tf.GradientTape() as tape:
+        with tf.GradientTape():
             out = model.training_forward(x, y, slots, valid)
         # the step never touches all M
         assert tuple(out["edge_logits"].shape) == (8 + 10, 8) and tuple(out["target_edge_logits"].shape) == (8 + 10, 10)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import helpers  # noqa: E402
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import icarl
 from gcl_tf.train import run
+
+import helpers  # noqa: E402
 
 SPLIT = {"name": "split", "dataset": "digits", "source": "digits", "num_tasks": 5, "classes_per_task": 2,
          "samples_per_task": None}

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from scipy import stats
 

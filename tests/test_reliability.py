@@ -144,7 +144,8 @@ def test_a_killed_run_resumes_to_the_same_results(where, gcl_config, reference, 
     path = latest(out)
     assert path is not None and path.endswith(f"ckpt-{expected_step}"), path
     saved = checkpoint_arrays(path)
-    position = (int(saved["progress/task/.ATTRIBUTES/VARIABLE_VALUE"]), int(saved["progress/batch/.ATTRIBUTES/VARIABLE_VALUE"]))
+    position = (int(saved["progress/task/.ATTRIBUTES/VARIABLE_VALUE"]),
+                int(saved["progress/batch/.ATTRIBUTES/VARIABLE_VALUE"]))
     assert position == (task, batch)
     assert int(saved["model/memory/num_seen/.ATTRIBUTES/VARIABLE_VALUE"]) == 10 * expected_step
     assert int(saved["model/memory/num_filled/.ATTRIBUTES/VARIABLE_VALUE"]) == 20
@@ -192,8 +193,8 @@ def test_export_and_predict_in_a_fresh_process_match_the_trained_model(reference
     from PIL import Image
 
     from gcl_tf import export, predict
-    from gcl_tf.data import make_source
     from gcl_tf.config import load_config
+    from gcl_tf.data import make_source
 
     out = tmp_path / "exported"
     metadata = export.export(str(reference), str(out))
@@ -553,7 +554,8 @@ def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, c
     (finished_run / "results.json").unlink()
     (finished_run / "config.yaml").unlink()
     (finished_run / "checkpoints" / "ckpt-30.index").write_text("")
-    assert "config.yaml is missing" in cli_error(["--config", config, "--output", str(finished_run), "--resume"], capsys)
+    message = cli_error(["--config", config, "--output", str(finished_run), "--resume"], capsys)
+    assert "config.yaml is missing" in message
 
     # A run stopped after its first task (its checkpoint), resumed with another learning rate or
     # another seed: refused, naming the key; with another verbosity or checkpoint cadence: fine.
@@ -573,7 +575,8 @@ def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, c
     finally:
         callbacks.TaskEndEvaluation.on_train_end = after_task
     before = snapshot(out)
-    message = cli_error(["--config", config, "--output", str(out), "--resume", "--set", "train.learning_rate=0.5"], capsys)
+    message = cli_error(["--config", config, "--output", str(out), "--resume", "--set", "train.learning_rate=0.5"],
+                        capsys)
     assert "differs" in message and "train.learning_rate (0.1 -> 0.5)" in message
     message = cli_error(["--config", config, "--output", str(out), "--resume", "--set", "seed=3"], capsys)
     assert "seed (0 -> 3)" in message

@@ -336,8 +336,8 @@ def test_the_default_space_is_the_methods_paper_grid():
     assert search.max_trials == 2 * 6 * 4  # the whole grid
     assert Search(raw, tuner="random").max_trials == 10
     # Values given as the config's types (the grid's integers are floats for float keys).
-    ranged = Search(raw, ["tune.space={train.learning_rate: {min: 1e-4, max: 1, log: true}, method.memory_size: [10, 20]}"],
-                    tuner="bayesian", max_trials=3)
+    space = "tune.space={train.learning_rate: {min: 1e-4, max: 1, log: true}, method.memory_size: [10, 20]}"
+    ranged = Search(raw, [space], tuner="bayesian", max_trials=3)
     assert ranged.space == {"train.learning_rate": {"min": 0.0001, "max": 1.0, "log": True, "step": None},
                             "method.memory_size": [10, 20]}
     assert ranged.max_trials == 3
