@@ -284,23 +284,25 @@ class FolderSource(Source):
 
     def _check_native_sizes(self, root, classes, size) -> None:
         """Without benchmark.image_size every image keeps its native size, which must be the
-        training images' one: the first image of each class is checked (a header read)."""
+        training images' one: every image is checked (a header read each, no decoding), so none
+        is silently resized."""
         from PIL import Image
 
         for name in classes:
             folder = os.path.join(root, name)
-            first = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))[0]
-            path = os.path.join(folder, first)
-            try:
-                with Image.open(path) as image:
-                    width, height = image.size
-            except Exception as error:
-                raise DataError(f"benchmark.path: cannot read image {path!r} ({error.__class__.__name__})") from None
-            if (height, width) != tuple(size):
-                raise DataError(
-                    f"benchmark.path: {path!r} is {height}x{width} but the training images are "
-                    f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
-                )
+            for file in sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)):
+                path = os.path.join(folder, file)
+                try:
+                    with Image.open(path) as image:
+                        width, height = image.size
+                except Exception as error:
+                    raise DataError(f"benchmark.path: cannot read image {path!r} "
+                                    f"({error.__class__.__name__})") from None
+                if (height, width) != tuple(size):
+                    raise DataError(
+                        f"benchmark.path: {path!r} is {height}x{width} but the training images are "
+                        f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
+                    )
 
     def _image_size(self, root, classes):
         if self.config.image_size is not None:
