@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import shutil
 import sys
@@ -145,6 +146,7 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     from gcl_tf.distribute import distribute_batches
 
     output_dir = output_dir or config.output_dir
+    config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
     verbose = config.train.verbose if verbose is None else verbose
     check_output(output_dir, overwrite, resume)
     resume_from = check_resumable(output_dir, config) if resume else None

@@ -437,6 +437,35 @@ def test_train_writes_results_through_the_atomic_writer(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(tmp_path / "run") if p.startswith(".")]
 
 
+def test_a_runs_saved_config_names_its_output_folder_and_resumes_there(tmp_path, monkeypatch):
+    """config.yaml (and results.json) record the --output used, not the config file's output_dir,
+    so ``--config RUN/config.yaml --resume`` continues RUN itself."""
+    import yaml
+
+    from gcl_tf import callbacks, train
+
+    elsewhere = tmp_path / "elsewhere"
+    config = write_config(tmp_path, {"output_dir": str(elsewhere),
+                                     "benchmark": {"num_tasks": 2, "samples_per_task": 20}})
+    out = tmp_path / "run"
+    after_task = callbacks.TaskEndEvaluation.on_train_end
+
+    def stop(self, logs=None):
+        after_task(self, logs)
+        if self.task_index == 1:  # after task 2's evaluation, before its checkpoint: task 1's is the last
+            raise Crash()
+
+    monkeypatch.setattr(callbacks.TaskEndEvaluation, "on_train_end", stop)
+    with pytest.raises(Crash):
+        train.main(["--config", config, "--output", str(out)])
+    monkeypatch.setattr(callbacks.TaskEndEvaluation, "on_train_end", after_task)
+    assert yaml.safe_load((out / "config.yaml").read_text())["output_dir"] == str(out)
+    assert train.main(["--config", str(out / "config.yaml"), "--resume"]) == 0
+    results = results_of(out)
+    assert results["resumed_from_step"] == 2 and results["config"]["output_dir"] == str(out)
+    assert not elsewhere.exists()
+
+
 # ----------------------------------------------------------------------------- bad input
 def write_png_folder(root, sizes: dict):
     """root/{train,test}/<class>/0.png, 1.png (grayscale); ``sizes[(split, class)]`` = (h, w)."""
