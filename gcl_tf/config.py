@@ -351,6 +351,7 @@ def resolve(raw: dict, overrides=()) -> Config:
             raise ConfigError(f"presets.{preset_name}: unknown method; allowed: {allowed}")
         if not isinstance(preset, dict):
             raise ConfigError(f"presets.{preset_name}: expected a mapping of sections")
+        _check_preset(preset_name, preset, methods.config_class(preset_name))
     # Presets apply on top of the file, --set on top of the preset.
     if name in presets:
         base = {k: v for k, v in raw.items()}
@@ -364,6 +365,18 @@ def resolve(raw: dict, overrides=()) -> Config:
     config.method = build_dataclass(method_cls, method_section, "method")
     _check_consistency(config)
     return config
+
+
+def _check_preset(preset_name: str, preset: dict, method_cls) -> None:
+    """Every key of every preset, selected or not, checked against its method's config (names,
+    types, ranges), so any run of the file catches a typo and the message names the preset."""
+    sections = dict(preset)
+    method_section = sections.pop("method", None) or {}
+    try:
+        build_dataclass(Config, sections, "")
+        build_dataclass(method_cls, method_section, "method")
+    except ConfigError as error:
+        raise ConfigError(f"presets.{preset_name}: {error}") from None
 
 
 def _check_consistency(config: Config) -> None:
