@@ -148,6 +148,8 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     output_dir = output_dir or config.output_dir
     config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
     verbose = config.train.verbose if verbose is None else verbose
+    if verbose == 1 and not sys.stdout.isatty():  # piped to a log: a plain line per task, no progress-bar escapes
+        verbose = 2
     check_output(output_dir, overwrite, resume)
     resume_from = check_resumable(output_dir, config) if resume else None
 
