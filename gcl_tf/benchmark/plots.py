@@ -162,7 +162,7 @@ def tsne_coordinates(embeddings, class_embeddings=None, seed: int = 0) -> np.nda
         points = np.concatenate([points, classes * scale])
     perplexity = float(min(30.0, max(2.0, (len(points) - 1) / 3.0)))
     tsne = TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=seed)
-    # One thread: OpenMP threads on a shared, busy machine made it 10x slower, not faster.
+    # One thread: on a shared, busy machine OpenMP threads slowed it down instead of speeding it up.
     with threadpool_limits(1):
         return tsne.fit_transform(points)
 
