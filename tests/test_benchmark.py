@@ -53,6 +53,7 @@ def forbid_training(monkeypatch):
     monkeypatch.setattr(train, "run", refuse)
 
 
+@pytest.mark.slow
 def test_paper_suite_writes_every_run_table_figure_and_artifact():
     _, output = build()
     # Every (variant, seed) in its own folder with its results.
@@ -211,6 +212,7 @@ def test_tables_hold_numpys_mean_and_std_over_the_runs():
             assert float(memory[key][f"{metric}_std"]) == pytest.approx(std, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs_and_resumes_a_missing_one(tmp_path, monkeypatch, capsys):
     from gcl_tf import train
     from gcl_tf.benchmark import paper
@@ -242,6 +244,7 @@ def test_rerun_skips_finished_runs_and_resumes_a_missing_one(tmp_path, monkeypat
     assert all(os.path.dirname(path) == os.path.dirname(missing) for path in changed), changed
 
 
+@pytest.mark.slow
 def test_plots_redraws_every_table_and_figure_from_saved_results_only(tmp_path, monkeypatch):
     from gcl_tf.benchmark import plots
 
@@ -307,6 +310,7 @@ def test_plots_of_a_folder_without_runs_is_one_line(tmp_path, capsys):
     assert "no finished run" in line
 
 
+@pytest.mark.slow
 def test_paper_defaults_follow_the_paper(monkeypatch):
     """Default plan: six benchmarks, every preset, ablation on Split CIFAR10, memory study on
     Split SVHN and Split CIFAR10 at 100, 250, 500, 1000 (250 is the main run), five seeds."""

@@ -31,6 +31,7 @@ def tensorboard_tags(folder) -> set[str]:
     return tags
 
 
+@pytest.mark.slow
 def test_piped_output_is_plain_lines_without_progress_bar_escapes(tmp_path, make_config, capsys):
     """stdout that is not a terminal (capsys here, a log file for a user) gets one plain line per
     task from Keras instead of a progress bar's ANSI colours, backspaces and carriage returns."""
@@ -45,6 +46,7 @@ def test_piped_output_is_plain_lines_without_progress_bar_escapes(tmp_path, make
     assert len(steps) == 3 and all(line.startswith("10/10 - ") for line in steps), lines
 
 
+@pytest.mark.slow
 def test_train_cli_writes_results_and_tensorboard_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "run"
     args = ["--set", "benchmark.num_tasks=3", "--set", "benchmark.samples_per_task=200",
@@ -82,6 +84,7 @@ def test_train_cli_writes_results_and_tensorboard_and_refuses_to_overwrite(tmp_p
     assert os.stat(out / "results.json").st_mtime_ns == mtime
 
 
+@pytest.mark.slow
 def test_er_beats_finetune_on_permuted_digits(tmp_path):
     """The quickstart stream (5 permuted tasks of 500 digits): ER's memory keeps old tasks."""
     acc, fgt = {}, {}

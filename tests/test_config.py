@@ -180,6 +180,7 @@ def test_malformed_yaml_and_missing_file(tmp_path):
         ("method:\n  name: er\n  memory_size: many\n", "method.memory_size: expected an integer, got 'many'"),
     ],
 )
+@pytest.mark.slow
 def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path, text, fragment):
     path = write(tmp_path, text, "bad.yaml")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -64,6 +64,7 @@ def _env():
     return env
 
 
+@pytest.mark.slow
 def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
     import numpy as np
 
@@ -99,6 +100,7 @@ def _free_ports(count):
 
 
 @pytest.mark.parametrize("method", ["gcl"])
+@pytest.mark.slow
 def test_multi_worker_with_two_local_workers_agrees_with_single_device(config_file, tmp_path, method):
     import numpy as np
 
@@ -131,6 +133,7 @@ def test_multi_worker_with_two_local_workers_agrees_with_single_device(config_fi
     np.testing.assert_allclose(chief["accuracy_matrix"], reference["accuracy_matrix"], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_distribution_errors_are_one_line(config_file, tmp_path):
     for overrides, expected in [
         (["method.name=gem", "train.distribute=mirrored"], "train.distribute: method gem does not run"),

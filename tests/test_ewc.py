@@ -149,6 +149,7 @@ def test_requires_task_boundaries():
     require_task_boundaries(types.SimpleNamespace(benchmark=types.SimpleNamespace()), "ewc")
 
 
+@pytest.mark.slow
 def test_learns_permuted_digits(tmp_path):
     results = run(digits_config({"name": "ewc", "ewc_lambda": 10.0}), output_dir=str(tmp_path / "ewc"), verbose=0)
     assert results["acc"] > 35.0  # chance: 10%
@@ -162,6 +163,7 @@ def test_gem_fisher_option_runs(tmp_path):
     assert results["acc"] > 35.0
 
 
+@pytest.mark.slow
 def test_zero_lambda_is_finetune(tmp_path):
     a = run(digits_config({"name": "ewc", "ewc_lambda": 0.0}), output_dir=str(tmp_path / "a"), verbose=0)
     b = run(digits_config({"name": "finetune"}), output_dir=str(tmp_path / "b"), verbose=0)

@@ -208,6 +208,7 @@ def test_learns_permuted_digits(tmp_path):
     assert gem.Method.task_free is False
 
 
+@pytest.mark.slow
 def test_multi_head_split_digits(tmp_path):
     config = digits_config(
         {"name": "gem", "memory_size": 100},

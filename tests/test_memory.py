@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from scipy import stats
 
@@ -45,6 +46,7 @@ def test_reservoir_keeps_each_sample_with_probability_m_over_n():
     assert np.ptp(thirds) < 3 * sd, thirds
 
 
+@pytest.mark.slow
 def test_reservoir_memory_add_in_tf_function_capacity_and_statistics():
     n, batch, capacity, seeds = 400, 10, 20, 6
     kept = []

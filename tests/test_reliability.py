@@ -130,6 +130,7 @@ KILLS = {
 
 
 @pytest.mark.parametrize("where", list(KILLS))
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_results(where, gcl_config, reference, tmp_path):
     mode, value, expected_step, (task, batch) = KILLS[where]
     out = tmp_path / "run"
@@ -167,6 +168,7 @@ def test_a_killed_run_resumes_to_the_same_results(where, gcl_config, reference, 
     assert latest(out).endswith("ckpt-24")
 
 
+@pytest.mark.slow
 def test_deterministic_runs_repeat_bit_for_bit_and_seeds_differ(gcl_config, reference, tmp_path):
     again = tmp_path / "again"
     other_seed = tmp_path / "seed1"
@@ -188,6 +190,7 @@ def test_deterministic_runs_repeat_bit_for_bit_and_seeds_differ(gcl_config, refe
 
 
 # ----------------------------------------------------------------------------- export and predict
+@pytest.mark.slow
 def test_export_and_predict_in_a_fresh_process_match_the_trained_model(reference, tmp_path):
     import tensorflow as tf
     from PIL import Image
@@ -276,6 +279,7 @@ def small_config(make_config, method, **train):
 
 
 @pytest.mark.parametrize("method", list(METHOD_SETTINGS))
+@pytest.mark.slow
 def test_every_method_resumes_exactly_and_exports(method, make_config, monkeypatch, tmp_path):
     """2 tasks x 2 epochs x 3 batches (steps 1-6, 7-12); checkpoints at 4, 6, 8, 12. A crash after
     step 10 resumes from step 8 (task 2, mid-epoch) and ends as the uninterrupted run, task-end
@@ -437,6 +441,7 @@ def test_train_writes_results_through_the_atomic_writer(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(tmp_path / "run") if p.startswith(".")]
 
 
+@pytest.mark.slow
 def test_a_runs_saved_config_names_its_output_folder_and_resumes_there(tmp_path, monkeypatch):
     """config.yaml (and results.json) record the --output used, not the config file's output_dir,
     so ``--config RUN/config.yaml --resume`` continues RUN itself."""
@@ -573,6 +578,7 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(case, tmp_path, fin
     assert snapshot(finished_run) == before
 
 
+@pytest.mark.slow
 def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, capsys):
     config = write_config(tmp_path, {"benchmark": {"num_tasks": 2, "samples_per_task": 20},
                                      "train": {"checkpoint_every": 1}})

@@ -3,7 +3,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_throughput_quick_writes_every_section(tmp_path):
     command = [sys.executable, "-m", "gcl_tf.benchmark", "throughput", "--quick", "--output", str(tmp_path)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
