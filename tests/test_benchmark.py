@@ -126,6 +126,7 @@ def test_context_graph_artifact_is_the_models_expected_graph(make_config, tmp_pa
     np.testing.assert_array_equal(saved["memory_labels"], model.memory.labels.numpy()[:30])
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_tensorboard_shows_the_context_graph_at_each_task_end():
     import tensorflow as tf
 
@@ -158,6 +159,7 @@ def test_graph_image_sorts_rows_and_columns_by_label():
     np.testing.assert_allclose(image, colormaps["viridis"](graph[order][:, order])[..., :3], atol=1e-6)
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_tables_hold_numpys_mean_and_std_over_the_runs():
     _, output = build()
     results = results_of(output)
@@ -276,6 +278,7 @@ def one_line_error(capsys, call):
     return err[0]
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_a_finished_run_with_another_config_stops_the_suite(tmp_path, monkeypatch, capsys):
     from gcl_tf.benchmark import paper
 
