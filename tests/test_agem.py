@@ -4,6 +4,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from gcl_tf.methods import agem
@@ -82,6 +83,7 @@ def test_step_applies_the_projection():
     np.testing.assert_allclose(applied, expected, atol=1e-5 * np.abs(expected).max())
 
 
+@pytest.mark.slow
 def test_learns_permuted_digits_and_is_deterministic(tmp_path):
     config = digits_config({"name": "agem", "memory_size": 150, "agem_batch_size": 64})
     first = run(config, output_dir=str(tmp_path / "a"), verbose=0)

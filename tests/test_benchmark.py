@@ -95,6 +95,7 @@ def test_paper_suite_writes_every_run_table_figure_and_artifact():
     assert np.bincount(finetune["embedding_tasks"]).tolist() == [100, 100]  # from every task
 
 
+@pytest.mark.slow
 def test_context_graph_artifact_is_the_models_expected_graph(make_config, tmp_path):
     """sigmoid(edge logits) of the model's own embeddings of the filled slots; self-edges removed."""
     import tensorflow as tf

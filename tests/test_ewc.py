@@ -157,6 +157,7 @@ def test_learns_permuted_digits(tmp_path):
     assert np.all(np.diag(R) > 40.0)
 
 
+@pytest.mark.slow
 def test_gem_fisher_option_runs(tmp_path):
     config = digits_config({"name": "ewc", "fisher": "squared_mean", "ewc_lambda": 100.0})
     results = run(config, output_dir=str(tmp_path / "sq"), verbose=0)

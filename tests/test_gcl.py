@@ -189,6 +189,7 @@ def test_replaced_source_index():
     assert replaced.numpy().tolist() == [True, False, True, False]
 
 
+@pytest.mark.slow
 def test_best_loss_never_increases_and_resets_when_slot_replaced():
     model = make_model(memory_size=30)
     best_prev = None

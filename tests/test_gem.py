@@ -202,6 +202,7 @@ def test_multi_head_losses_only_see_the_task_classes():
     assert np.all(bias[2:] == 0) and np.any(bias[:2] != 0)
 
 
+@pytest.mark.slow
 def test_learns_permuted_digits(tmp_path):
     results = run(digits_config({"name": "gem", "memory_size": 150}), output_dir=str(tmp_path / "gem"), verbose=0)
     assert results["acc"] > 40.0  # chance: 10%
