@@ -17,8 +17,8 @@ from keras import layers
 class FusedBatchNormalization(layers.BatchNormalization):
     """``keras.layers.BatchNormalization`` computed by TensorFlow's fused kernel (FusedBatchNormV3)
     for 4-D float32 channels-last inputs: one op forward and one backward instead of Keras 3's
-    element-wise moments, normalisation and their gradients (with the bias-free convolutions, the
-    ConvNet GCL step 431 -> 284 ms: README, Performance). The same weights and
+    element-wise moments, normalisation and their gradients (its effect on the ConvNet GCL step,
+    with the bias-free convolutions: docs/performance.md). The same weights and
     outputs; the moving variance is updated with the unbiased batch variance, as PyTorch does
     (Keras uses the biased one: a factor n / (n - 1), n = batch x height x width). Any other
     input, a mask, renorm or synchronized statistics take Keras's own path."""

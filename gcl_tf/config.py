@@ -101,7 +101,7 @@ class TrainConfig:
     distribute: Literal["none", "mirrored", "multi_worker"] = "none"
     # Devices for distribute: mirrored, e.g. ["/cpu:0", "/cpu:1"] (null: all local GPUs, else the CPU).
     devices: Optional[list[str]] = None
-    # Keras progress bar: 0 silent, 1 bar, 2 one line per task.
+    # Keras progress bar: 0 silent, 1 bar (a line per task when stdout is not a terminal), 2 a line per task.
     verbose: int = field(default=1, metadata=_range(0, 2))
     # Save a checkpoint (DIR/checkpoints) every this many training steps, and always at the end of
     # every task; 0: only at task ends. `python -m gcl_tf.train ... --resume` continues from the last.
@@ -356,6 +356,7 @@ def resolve(raw: dict, overrides=()) -> Config:
             raise ConfigError(f"presets.{preset_name}: unknown method; allowed: {allowed}")
         if not isinstance(preset, dict):
             raise ConfigError(f"presets.{preset_name}: expected a mapping of sections")
+        _check_preset(preset_name, preset, methods.config_class(preset_name))
     # Presets apply on top of the file, --set on top of the preset.
     if name in presets:
         base = {k: v for k, v in raw.items()}
@@ -369,6 +370,18 @@ def resolve(raw: dict, overrides=()) -> Config:
     config.method = build_dataclass(method_cls, method_section, "method")
     _check_consistency(config)
     return config
+
+
+def _check_preset(preset_name: str, preset: dict, method_cls) -> None:
+    """Every key of every preset, selected or not, checked against its method's config (names,
+    types, ranges), so any run of the file catches a typo and the message names the preset."""
+    sections = dict(preset)
+    method_section = sections.pop("method", None) or {}
+    try:
+        build_dataclass(Config, sections, "")
+        build_dataclass(method_cls, method_section, "method")
+    except ConfigError as error:
+        raise ConfigError(f"presets.{preset_name}: {error}") from None
 
 
 def _check_consistency(config: Config) -> None:

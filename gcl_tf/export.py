@@ -181,7 +181,8 @@ def main(argv=None) -> int:
     metadata = export(args.run_dir, args.out, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished)
     shape = "x".join(str(d) for d in metadata["input_shape"])
     print(f"exported {metadata['method']} ({metadata['tasks_trained']}/{metadata['num_tasks']} tasks, "
-          f"step {metadata['train_steps']}, input {shape}, {metadata['num_classes']} classes) -> {args.out}", flush=True)
+          f"step {metadata['train_steps']}, input {shape}, {metadata['num_classes']} classes) -> {args.out}",
+          flush=True)
     return 0
 
 

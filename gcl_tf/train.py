@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import shlex
 import shutil
@@ -159,7 +160,10 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     from gcl_tf.resources import check_memory
 
     output_dir = output_dir or config.output_dir
+    config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
     verbose = config.train.verbose if verbose is None else verbose
+    if verbose == 1 and not sys.stdout.isatty():  # piped to a log: a plain line per task, no progress-bar escapes
+        verbose = 2
     check_output(output_dir, overwrite, resume)
     if resume:
         check_resumable(output_dir, config)

@@ -31,8 +31,6 @@ import shutil
 import sys
 import time
 
-import yaml
-
 from gcl_tf import config as config_lib
 from gcl_tf import train as train_lib
 from gcl_tf.errors import ConfigError, Stopped, TrainingError, UserError, exit_on_user_error
@@ -263,7 +261,9 @@ def _make_classes():
             else:
                 outcome = trial.status
             best = self.oracle.get_best_trials(1)
-            best_text = f"  [best so far: {best[0].score:.2f}, trial {best[0].trial_id}]" if best and best[0].score is not None else ""
+            best_text = ""
+            if best and best[0].score is not None:
+                best_text = f"  [best so far: {best[0].score:.2f}, trial {best[0].trial_id}]"
             print(f"[chief] trial {trial.trial_id}: {self._values(trial)} -> {outcome}{best_text}", flush=True)
 
     class ContinualHyperModel(kt.HyperModel):
@@ -548,7 +548,8 @@ def _search(search: Search, folder: str, who: str) -> dict:
 def _announce(search: Search, who: str, fresh: bool) -> None:
     space = "the paper's grid for " + search.method if search.paper_grid else "tune.space"
     size = f"{search.grid_size} combinations" if all(isinstance(v, list) for v in search.space.values()) else "ranges"
-    head = {"single": "Search", "chief": "Chief of a distributed search", "worker": "Worker of a distributed search"}[who]
+    head = {"single": "Search", "chief": "Chief of a distributed search",
+            "worker": "Worker of a distributed search"}[who]
     verb = "joins" if who == "worker" else "starts" if fresh else "resumes"
     print(f"{head} {verb}: {search.tuner} tuner, {space} ({size}), at most {search.max_trials} trials, "
           f"objective ACC on validation -> {search.output_dir}", flush=True)
@@ -584,7 +585,8 @@ def report(search: Search, oracle, who: str = "single") -> dict:
     path = os.path.join(search.output_dir, BEST_CONFIG)
     command = f"python -m gcl_tf.train --config {path}"
     header = (f"# Best of {len(trials)} trials ({search.tuner} search in {search.output_dir}): trial {best.trial_id},\n"
-              f"# ACC {best.score:.2f} on validation splits ({search.validation_fraction:g} of each task's training data).\n"
+              f"# ACC {best.score:.2f} on validation splits "
+              f"({search.validation_fraction:g} of each task's training data).\n"
               f"# Searched: {format_values(values)}\n"
               f"# Train it and measure test accuracy: {command}\n")
     write_atomic(path, header + config_lib.config_to_yaml(config))
@@ -618,7 +620,8 @@ def search(config=None, overrides=(), tuner=None, max_trials=None, output_dir=No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gcl_tf.tune", description="Hyper-parameter search with KerasTuner.",
+    parser = argparse.ArgumentParser(prog="python -m gcl_tf.tune",
+                                     description="Hyper-parameter search with KerasTuner.",
                                      epilog="Distributed: run the same command with KERASTUNER_TUNER_ID=chief "
                                             "(one process) or tuner0, tuner1, ... (workers), and "
                                             "KERASTUNER_ORACLE_IP / KERASTUNER_ORACLE_PORT of the chief.")

@@ -53,6 +53,7 @@ def forbid_training(monkeypatch):
     monkeypatch.setattr(train, "run", refuse)
 
 
+@pytest.mark.slow
 def test_paper_suite_writes_every_run_table_figure_and_artifact():
     _, output = build()
     # Every (variant, seed) in its own folder with its results.
@@ -94,6 +95,7 @@ def test_paper_suite_writes_every_run_table_figure_and_artifact():
     assert np.bincount(finetune["embedding_tasks"]).tolist() == [100, 100]  # from every task
 
 
+@pytest.mark.slow
 def test_context_graph_artifact_is_the_models_expected_graph(make_config, tmp_path):
     """sigmoid(edge logits) of the model's own embeddings of the filled slots; self-edges removed."""
     import tensorflow as tf
@@ -125,6 +127,7 @@ def test_context_graph_artifact_is_the_models_expected_graph(make_config, tmp_pa
     np.testing.assert_array_equal(saved["memory_labels"], model.memory.labels.numpy()[:30])
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_tensorboard_shows_the_context_graph_at_each_task_end():
     import tensorflow as tf
 
@@ -157,6 +160,7 @@ def test_graph_image_sorts_rows_and_columns_by_label():
     np.testing.assert_allclose(image, colormaps["viridis"](graph[order][:, order])[..., :3], atol=1e-6)
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_tables_hold_numpys_mean_and_std_over_the_runs():
     _, output = build()
     results = results_of(output)
@@ -211,6 +215,7 @@ def test_tables_hold_numpys_mean_and_std_over_the_runs():
             assert float(memory[key][f"{metric}_std"]) == pytest.approx(std, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs_and_resumes_a_missing_one(tmp_path, monkeypatch, capsys):
     from gcl_tf import train
     from gcl_tf.benchmark import paper
@@ -242,6 +247,7 @@ def test_rerun_skips_finished_runs_and_resumes_a_missing_one(tmp_path, monkeypat
     assert all(os.path.dirname(path) == os.path.dirname(missing) for path in changed), changed
 
 
+@pytest.mark.slow
 def test_plots_redraws_every_table_and_figure_from_saved_results_only(tmp_path, monkeypatch):
     from gcl_tf.benchmark import plots
 
@@ -273,6 +279,7 @@ def one_line_error(capsys, call):
     return err[0]
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_a_finished_run_with_another_config_stops_the_suite(tmp_path, monkeypatch, capsys):
     from gcl_tf.benchmark import paper
 
@@ -307,6 +314,7 @@ def test_plots_of_a_folder_without_runs_is_one_line(tmp_path, capsys):
     assert "no finished run" in line
 
 
+@pytest.mark.slow
 def test_paper_defaults_follow_the_paper(monkeypatch):
     """Default plan: six benchmarks, every preset, ablation on Split CIFAR10, memory study on
     Split SVHN and Split CIFAR10 at 100, 250, 500, 1000 (250 is the main run), five seeds."""

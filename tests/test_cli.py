@@ -31,6 +31,22 @@ def tensorboard_tags(folder) -> set[str]:
     return tags
 
 
+@pytest.mark.slow
+def test_piped_output_is_plain_lines_without_progress_bar_escapes(tmp_path, make_config, capsys):
+    """stdout that is not a terminal (capsys here, a log file for a user) gets one plain line per
+    task from Keras instead of a progress bar's ANSI colours, backspaces and carriage returns."""
+    from gcl_tf.train import run
+
+    run(make_config({"train": {"verbose": 1}}), output_dir=str(tmp_path / "run"))
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\b\r"), repr(out[:300])
+    lines = out.splitlines()
+    assert [line for line in lines if line.startswith("Task ")][0].startswith("Task 1/3")
+    steps = [line for line in lines if "/step" in line]
+    assert len(steps) == 3 and all(line.startswith("10/10 - ") for line in steps), lines
+
+
+@pytest.mark.slow
 def test_train_cli_writes_results_and_tensorboard_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "run"
     args = ["--set", "benchmark.num_tasks=3", "--set", "benchmark.samples_per_task=200",
@@ -68,6 +84,7 @@ def test_train_cli_writes_results_and_tensorboard_and_refuses_to_overwrite(tmp_p
     assert os.stat(out / "results.json").st_mtime_ns == mtime
 
 
+@pytest.mark.slow
 def test_er_beats_finetune_on_permuted_digits(tmp_path):
     """The quickstart stream (5 permuted tasks of 500 digits): ER's memory keeps old tasks."""
     acc, fgt = {}, {}

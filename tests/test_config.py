@@ -86,6 +86,32 @@ def test_presets_apply_for_the_selected_method_and_set_wins(tmp_path):
     assert er.train.learning_rate == pytest.approx(0.5) and er.method.memory_size == 7
 
 
+def test_a_typo_in_any_preset_is_one_line_naming_the_preset(tmp_path):
+    """Selected or not, a preset's unknown key, wrong type or value out of range stops any run of
+    the file, and the message says which preset holds it."""
+    def config_with(gcl_preset: str) -> str:
+        return write(tmp_path, f"""
+            benchmark: {{source: digits, dataset: digits}}
+            method: {{name: finetune}}
+            presets:
+              er:
+                method: {{memory_size: 50}}
+              gcl:
+                {gcl_preset}
+        """)
+
+    typo = config_with("method: {graph_lamda: 5}")
+    for selected in ([], ["method.name=er"], ["method.name=gcl"]):  # gcl's preset unselected, then selected
+        message = error_of(path=typo, overrides=selected)
+        assert message.startswith("presets.gcl: unknown key 'method.graph_lamda'; allowed: "), message
+        assert "graph_lambda" in message
+    message = error_of(path=config_with("train: {learning_rate: -1}"), overrides=["method.name=er"])
+    assert message.startswith("presets.gcl: train.learning_rate: -1.0 is out of range; allowed: (0, inf]"), message
+    message = error_of(path=config_with("train: {lr: 0.1}"))
+    assert message.startswith("presets.gcl: unknown key 'train.lr'"), message
+    assert load_config(config_with("method: {graph_lambda: 5}"), ["method.name=er"]).method.memory_size == 50
+
+
 def test_quickstart_config_is_valid_for_finetune_and_er():
     path = os.path.join(REPO, "configs", "quickstart.yaml")
     config = load_config(path)
@@ -154,6 +180,7 @@ def test_malformed_yaml_and_missing_file(tmp_path):
         ("method:\n  name: er\n  memory_size: many\n", "method.memory_size: expected an integer, got 'many'"),
     ],
 )
+@pytest.mark.slow
 def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path, text, fragment):
     path = write(tmp_path, text, "bad.yaml")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -8,8 +8,9 @@ import os
 import pytest
 import yaml
 
-from conftest import REPO
 from gcl_tf.config import load_config
+
+from conftest import REPO
 
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
 CASES = [(os.path.basename(path)[:-5], method)

@@ -64,6 +64,7 @@ def _env():
     return env
 
 
+@pytest.mark.slow
 def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
     import numpy as np
 
@@ -99,6 +100,7 @@ def _free_ports(count):
 
 
 @pytest.mark.parametrize("method", ["gcl"])
+@pytest.mark.slow
 def test_multi_worker_with_two_local_workers_agrees_with_single_device(config_file, tmp_path, method):
     import numpy as np
 
@@ -131,6 +133,7 @@ def test_multi_worker_with_two_local_workers_agrees_with_single_device(config_fi
     np.testing.assert_allclose(chief["accuracy_matrix"], reference["accuracy_matrix"], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_distribution_errors_are_one_line(config_file, tmp_path):
     for overrides, expected in [
         (["method.name=gem", "train.distribute=mirrored"], "train.distribute: method gem does not run"),
@@ -142,6 +145,6 @@ def test_distribution_errors_are_one_line(config_file, tmp_path):
         proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=_env())
         if expected is None:  # 5 does not split over 2 replicas (one CPU device here: 1 replica is fine)
             continue
-        lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
         assert not (tmp_path / "o").exists()

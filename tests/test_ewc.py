@@ -14,7 +14,7 @@ from gcl_tf.methods import ewc
 from gcl_tf.methods.common import require_task_boundaries
 from gcl_tf.train import run
 
-from helpers import DIGITS, digits_config  # noqa: E402
+from helpers import digits_config  # noqa: E402
 
 
 def softmax(z):
@@ -109,7 +109,8 @@ def test_method_fisher_is_non_negative_and_anchors_at_task_end():
     assert all(np.all(f >= 0) for f in importance)
     assert sum(float(f.sum()) for f in importance) > 0
     for anchor, variable in zip(model.ewc.anchor, model.network.trainable_variables):
-        np.testing.assert_allclose(anchor.numpy(), variable.numpy(), rtol=1e-5, atol=1e-7)  # one task: the anchor is theta_0
+        # one task: the anchor is theta_0
+        np.testing.assert_allclose(anchor.numpy(), variable.numpy(), rtol=1e-5, atol=1e-7)
     assert model.ewc.penalty(model.network.trainable_variables).numpy() == pytest.approx(0.0, abs=1e-6)
 
 
@@ -148,6 +149,7 @@ def test_requires_task_boundaries():
     require_task_boundaries(types.SimpleNamespace(benchmark=types.SimpleNamespace()), "ewc")
 
 
+@pytest.mark.slow
 def test_learns_permuted_digits(tmp_path):
     results = run(digits_config({"name": "ewc", "ewc_lambda": 10.0}), output_dir=str(tmp_path / "ewc"), verbose=0)
     assert results["acc"] > 35.0  # chance: 10%
@@ -155,12 +157,14 @@ def test_learns_permuted_digits(tmp_path):
     assert np.all(np.diag(R) > 40.0)
 
 
+@pytest.mark.slow
 def test_gem_fisher_option_runs(tmp_path):
     config = digits_config({"name": "ewc", "fisher": "squared_mean", "ewc_lambda": 100.0})
     results = run(config, output_dir=str(tmp_path / "sq"), verbose=0)
     assert results["acc"] > 35.0
 
 
+@pytest.mark.slow
 def test_zero_lambda_is_finetune(tmp_path):
     a = run(digits_config({"name": "ewc", "ewc_lambda": 0.0}), output_dir=str(tmp_path / "a"), verbose=0)
     b = run(digits_config({"name": "finetune"}), output_dir=str(tmp_path / "b"), verbose=0)

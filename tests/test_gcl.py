@@ -1,4 +1,4 @@
-"""GCL: the math against float64 NumPy, the graph and memory rules of GCL_SPEC.md, the step."""
+"""GCL: the math against float64 NumPy, the graph and memory rules of docs/gcl.md, the step."""
 import math
 import os
 
@@ -110,6 +110,7 @@ def test_normalize_rows_sums_to_one_and_respects_mask():
     assert np.all(out[4] == 0)  # an all-masked row stays 0 (no NaN)
 
 
+@pytest.mark.slow
 def test_training_graph_rows_sum_to_one_and_context_diagonal_is_zero():
     model = make_model(context_temperature=0.1)
     for x, y in batches(2):  # 20 of 30 slots filled
@@ -189,6 +190,7 @@ def test_replaced_source_index():
     assert replaced.numpy().tolist() == [True, False, True, False]
 
 
+@pytest.mark.slow
 def test_best_loss_never_increases_and_resets_when_slot_replaced():
     model = make_model(memory_size=30)
     best_prev = None
@@ -248,6 +250,7 @@ def test_gradients_reach_every_trainable_variable():
 
 
 @pytest.mark.parametrize("options", [{}, {"edge_memory": "embeddings", "context_batch": 12}])
+@pytest.mark.slow
 def test_train_step_does_not_retrace_across_steps_and_tasks(options):
     model = make_model(**options)
     traces = []
@@ -273,6 +276,7 @@ def test_train_step_does_not_retrace_across_steps_and_tasks(options):
     assert int(model.step_counter.numpy()) == 18
 
 
+@pytest.mark.slow
 def test_prediction_averages_samples_and_respects_class_mask():
     model = make_model(test_graph_samples=7)
     for x, y in batches(3, seed=5):
@@ -299,6 +303,7 @@ def test_prediction_averages_samples_and_respects_class_mask():
     np.testing.assert_allclose(a, b, rtol=1e-5)  # deterministic graphs ignore the seed
 
 
+@pytest.mark.slow
 def test_same_seed_same_run_different_seed_differs():
     def run(seed):
         config = make_config()
@@ -323,6 +328,7 @@ def test_same_seed_same_run_different_seed_differs():
     assert not all(np.array_equal(u, v) for u, v in zip(a, c))
 
 
+@pytest.mark.slow
 def test_state_lives_in_checkpointed_variables(tmp_path):
     model = make_model()
     for x, y in batches(4, seed=1):
@@ -436,6 +442,7 @@ def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-3, atol=2e-6, err_msg=v.path)
 
 
+@pytest.mark.slow
 def test_xla_fused_regularizer_gives_the_plain_step():
     """method.fuse_regularizer (the regulariser compiled by XLA) changes nothing but rounding:
     the same losses and gradients as plain TensorFlow ops, with regularised pairs present."""
@@ -508,6 +515,7 @@ def test_embedding_edge_memory_stores_embeddings_with_the_matrix_rules():
         pytest.approx(0.0, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_context_batch_attends_to_k_distinct_filled_slots():
     model = make_model(edge_memory="embeddings", context_batch=8, memory_size=30)
     for x, y in batches(2, seed=40):  # 20 filled
@@ -519,7 +527,7 @@ def test_context_batch_attends_to_k_distinct_filled_slots():
         assert valid.numpy().all() and len(set(s)) == 8
         assert np.all(s < int(model.memory.num_filled.numpy()))
         seen.update(s.tolist())
-        with tf.GradientTape() as tape:
+        with tf.GradientTape():
             out = model.training_forward(x, y, slots, valid)
         # the step never touches all M
         assert tuple(out["edge_logits"].shape) == (8 + 10, 8) and tuple(out["target_edge_logits"].shape) == (8 + 10, 10)
@@ -548,6 +556,7 @@ def test_context_batch_during_fill_masks_missing_contexts():
     assert np.all(np.isinf(model.memory.best_loss.numpy()[20:]))  # empty slots have no loss yet
 
 
+@pytest.mark.slow
 def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(tmp_path):
     """The cached test-time noise gives exactly the per-batch draws, is redrawn when the training
     step (the seed) moves, and is not part of a checkpoint."""
@@ -582,6 +591,7 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     assert gcl.Method(big, (8, 8, 1), 10)._test_noise is None
 
 
+@pytest.mark.slow
 def test_memory_contexts_are_computed_once_per_evaluation_scope(tmp_path):
     """Inside model.evaluation_scope() the memory's embeddings are computed at the first test batch
     and reused (predictions identical to uncached ones); leaving the scope drops them, and outside

@@ -15,7 +15,7 @@ from gcl_tf.methods import gem
 from gcl_tf.methods.common import TaskMemory
 from gcl_tf.train import run
 
-from helpers import DIGITS, digits_config  # noqa: E402
+from helpers import digits_config  # noqa: E402
 
 
 def project2cone2(g, M, margin, eps=1e-3):
@@ -59,7 +59,8 @@ def test_projection_in_float32_matches_quadprog():
     for _ in range(10):
         t, G, g = random_problem(rng, 5, 200)
         valid = np.arange(5) < t
-        expected, _ = project2cone2(g.astype(np.float32).astype(np.float64), G[:t].astype(np.float32).astype(np.float64), 0.5)
+        expected, _ = project2cone2(g.astype(np.float32).astype(np.float64),
+                                    G[:t].astype(np.float32).astype(np.float64), 0.5)
         got = _project(tf.constant(g, tf.float32), tf.constant(G, tf.float32), tf.constant(valid), 0.5).numpy()
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
@@ -201,12 +202,14 @@ def test_multi_head_losses_only_see_the_task_classes():
     assert np.all(bias[2:] == 0) and np.any(bias[:2] != 0)
 
 
+@pytest.mark.slow
 def test_learns_permuted_digits(tmp_path):
     results = run(digits_config({"name": "gem", "memory_size": 150}), output_dir=str(tmp_path / "gem"), verbose=0)
     assert results["acc"] > 40.0  # chance: 10%
     assert gem.Method.task_free is False
 
 
+@pytest.mark.slow
 def test_multi_head_split_digits(tmp_path):
     config = digits_config(
         {"name": "gem", "memory_size": 100},

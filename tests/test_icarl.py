@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import helpers  # noqa: E402
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import icarl
 from gcl_tf.train import run
+
+import helpers  # noqa: E402
 
 SPLIT = {"name": "split", "dataset": "digits", "source": "digits", "num_tasks": 5, "classes_per_task": 2,
          "samples_per_task": None}
@@ -189,11 +190,13 @@ def test_memory_smaller_than_the_sets_is_a_config_error():
     assert icarl.Method.task_free is False
 
 
+@pytest.mark.slow
 def test_learns_split_digits_multi_head(tmp_path):
     results = run(digits_config({"memory_size": 200}, multi_head=True), output_dir=str(tmp_path / "mh"), verbose=0)
     assert results["acc"] > 85.0  # chance: 50% with two classes per task
 
 
+@pytest.mark.slow
 def test_learns_split_digits_single_head(tmp_path):
     results = run(digits_config({"memory_size": 200}), output_dir=str(tmp_path / "sh"), verbose=0)
     assert results["acc"] > 60.0  # chance: 10%; class-incremental

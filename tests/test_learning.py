@@ -36,6 +36,7 @@ def accuracies(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_gcl_beats_finetune_and_is_within_two_points_of_er(accuracies):
     gcl, er, finetune = accuracies["gcl"].mean(), accuracies["er"].mean(), accuracies["finetune"].mean()
     assert finetune < 30.0  # a class-incremental stream: finetuning forgets every earlier task

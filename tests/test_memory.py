@@ -25,6 +25,7 @@ def simulate(slots_fn, n: int, batch: int, capacity: int, run: int) -> np.ndarra
     return memory
 
 
+@pytest.mark.slow
 def test_reservoir_keeps_each_sample_with_probability_m_over_n():
     n, batch, capacity, runs = 40, 10, 8, 1000
     slots_fn = tf.function(lambda seen, seed: reservoir_slots(seen, batch, capacity, seed))
@@ -46,6 +47,7 @@ def test_reservoir_keeps_each_sample_with_probability_m_over_n():
     assert np.ptp(thirds) < 3 * sd, thirds
 
 
+@pytest.mark.slow
 def test_reservoir_memory_add_in_tf_function_capacity_and_statistics():
     n, batch, capacity, seeds = 400, 10, 20, 6
     kept = []

@@ -120,6 +120,7 @@ def test_only_sgd_is_allowed():
         mer.Method(make_config({}, optimizer="adam"), (8, 8, 1), 10)
 
 
+@pytest.mark.slow
 def test_learns_permuted_digits_and_is_deterministic(tmp_path):
     config = make_config({"memory_size": 100, "replay_batch_size": 5, "batches_per_example": 2, "beta": 0.1}, 10)
     first = run(config, output_dir=str(tmp_path / "a"), verbose=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -29,10 +30,13 @@ def kernel(tmp_path, monkeypatch):
     spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
     spec_dir.mkdir(parents=True)
     (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # As a user's kernel: ipykernel forwards what C++ code writes to fd 2 into the notebook,
+        # except under pytest (PYTEST_CURRENT_TEST, which the kernel would inherit).
+        "argv": [sys.executable, "-c", "import os; os.environ.pop('PYTEST_CURRENT_TEST', None); "
+                 "from ipykernel import kernelapp; kernelapp.launch_new_instance()", "-f", "{connection_file}"],
         "display_name": "Python 3 (tests)", "language": "python",
-        "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
     }))
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # as a user's Jupyter: the notebook sets it
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     return "python3"
 
@@ -68,6 +72,27 @@ def images(notebook) -> int:
     return sum("image/png" in output.get("data", {}) for output in outputs(notebook))
 
 
+# TensorFlow's start-up lines: absl's "I0000 00:00:... port.cc:153] oneDNN ...", its notice about
+# InitializeLog, the CUDA probe, the CPU-feature notice.
+TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ \S+:\d+\]|absl::InitializeLog|cpu_feature_guard|rebuild TensorFlow",
+                    re.MULTILINE)
+
+
+def assert_no_tensorflow_log(notebook) -> None:
+    streams = "".join(output.get("text", "") for output in outputs(notebook) if output.get("output_type") == "stream")
+    assert not TF_LOG.search(streams), streams[:2000]
+
+
+def test_committed_notebooks_carry_no_outputs():
+    """Saved outputs go stale and carry machine-specific log lines: the notebooks are committed clean."""
+    for name in ("quickstart.ipynb", "results.ipynb"):
+        notebook = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, (name, cell.source[:80])
+
+
+@pytest.mark.slow
 def test_quickstart_notebook_trains_gcl_and_shows_matrix_and_graph(tmp_path, kernel):
     out = tmp_path / "quickstart"
     notebook = execute("quickstart.ipynb", {
@@ -79,10 +104,12 @@ def test_quickstart_notebook_trains_gcl_and_shows_matrix_and_graph(tmp_path, ker
     assert "| after task | task 1 | task 2 |" in text  # the accuracy matrix
     assert "ACC " in text and "FGT " in text
     assert images(notebook) == 1  # the context graph
+    assert_no_tensorflow_log(notebook)
     results = json.loads((out / "results.json").read_text())
     assert results["method"] == "gcl" and len(results["accuracy_matrix"]) == 2
 
 
+@pytest.mark.slow
 def test_results_notebook_redraws_every_figure_of_a_suite(tmp_path, kernel):
     _, suite = copy_suite(tmp_path)
     for name in os.listdir(os.path.join(suite, "figures")):
@@ -93,3 +120,23 @@ def test_results_notebook_redraws_every_figure_of_a_suite(tmp_path, kernel):
     assert images(notebook) == len(figures)
     text = texts(notebook)
     assert "16 finished runs" in text and "Ablation study" in text and "Memory size" in text
+    assert_no_tensorflow_log(notebook)
+
+
+@pytest.mark.slow
+def test_results_notebook_opens_the_shipped_suite_on_a_fresh_clone(kernel):
+    """With its default parameters the notebook shows docs/results/fashion (tables and figures, no
+    saved runs) and writes nothing there."""
+    shipped = os.path.join(REPO, "docs", "results", "fashion")
+
+    def snapshot():
+        return {os.path.relpath(os.path.join(root, name), shipped): open(os.path.join(root, name), "rb").read()
+                for root, _, names in os.walk(shipped) for name in names}
+
+    before = snapshot()
+    notebook = execute("results.ipynb", {}, kernel)
+    assert snapshot() == before
+    assert images(notebook) == len(os.listdir(os.path.join(shipped, "figures"))) == 10
+    text = texts(notebook)
+    assert "0 finished runs" in text and "Ablation study" in text and "Memory size" in text
+    assert_no_tensorflow_log(notebook)

@@ -130,6 +130,7 @@ KILLS = {
 
 
 @pytest.mark.parametrize("where", list(KILLS))
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_results(where, gcl_config, reference, tmp_path):
     mode, value, expected_step, (task, batch) = KILLS[where]
     out = tmp_path / "run"
@@ -144,7 +145,8 @@ def test_a_killed_run_resumes_to_the_same_results(where, gcl_config, reference, 
     path = latest(out)
     assert path is not None and path.endswith(f"ckpt-{expected_step}"), path
     saved = checkpoint_arrays(path)
-    position = (int(saved["progress/task/.ATTRIBUTES/VARIABLE_VALUE"]), int(saved["progress/batch/.ATTRIBUTES/VARIABLE_VALUE"]))
+    position = (int(saved["progress/task/.ATTRIBUTES/VARIABLE_VALUE"]),
+                int(saved["progress/batch/.ATTRIBUTES/VARIABLE_VALUE"]))
     assert position == (task, batch)
     assert int(saved["model/memory/num_seen/.ATTRIBUTES/VARIABLE_VALUE"]) == 10 * expected_step
     assert int(saved["model/memory/num_filled/.ATTRIBUTES/VARIABLE_VALUE"]) == 20
@@ -167,6 +169,7 @@ def test_a_killed_run_resumes_to_the_same_results(where, gcl_config, reference, 
     assert latest(out).endswith("ckpt-24")
 
 
+@pytest.mark.slow
 def test_deterministic_runs_repeat_bit_for_bit_and_seeds_differ(gcl_config, reference, tmp_path):
     again = tmp_path / "again"
     other_seed = tmp_path / "seed1"
@@ -188,13 +191,14 @@ def test_deterministic_runs_repeat_bit_for_bit_and_seeds_differ(gcl_config, refe
 
 
 # ----------------------------------------------------------------------------- export and predict
+@pytest.mark.slow
 def test_export_and_predict_in_a_fresh_process_match_the_trained_model(reference, tmp_path):
     import tensorflow as tf
     from PIL import Image
 
     from gcl_tf import export, predict
-    from gcl_tf.data import make_source
     from gcl_tf.config import load_config
+    from gcl_tf.data import make_source
 
     out = tmp_path / "exported"
     metadata = export.export(str(reference), str(out))
@@ -276,6 +280,7 @@ def small_config(make_config, method, **train):
 
 
 @pytest.mark.parametrize("method", list(METHOD_SETTINGS))
+@pytest.mark.slow
 def test_every_method_resumes_exactly_and_exports(method, make_config, monkeypatch, tmp_path):
     """2 tasks x 2 epochs x 3 batches (steps 1-6, 7-12); checkpoints at 4, 6, 8, 12. A crash after
     step 10 resumes from step 8 (task 2, mid-epoch) and ends as the uninterrupted run, task-end
@@ -437,6 +442,36 @@ def test_train_writes_results_through_the_atomic_writer(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(tmp_path / "run") if p.startswith(".")]
 
 
+@pytest.mark.slow
+def test_a_runs_saved_config_names_its_output_folder_and_resumes_there(tmp_path, monkeypatch):
+    """config.yaml (and results.json) record the --output used, not the config file's output_dir,
+    so ``--config RUN/config.yaml --resume`` continues RUN itself."""
+    import yaml
+
+    from gcl_tf import callbacks, train
+
+    elsewhere = tmp_path / "elsewhere"
+    config = write_config(tmp_path, {"output_dir": str(elsewhere),
+                                     "benchmark": {"num_tasks": 2, "samples_per_task": 20}})
+    out = tmp_path / "run"
+    after_task = callbacks.TaskEndEvaluation.on_train_end
+
+    def stop(self, logs=None):
+        after_task(self, logs)
+        if self.task_index == 1:  # after task 2's evaluation, before its checkpoint: task 1's is the last
+            raise Crash()
+
+    monkeypatch.setattr(callbacks.TaskEndEvaluation, "on_train_end", stop)
+    with pytest.raises(Crash):
+        train.main(["--config", config, "--output", str(out)])
+    monkeypatch.setattr(callbacks.TaskEndEvaluation, "on_train_end", after_task)
+    assert yaml.safe_load((out / "config.yaml").read_text())["output_dir"] == str(out)
+    assert train.main(["--config", str(out / "config.yaml"), "--resume"]) == 0
+    results = results_of(out)
+    assert results["resumed_from_step"] == 2 and results["config"]["output_dir"] == str(out)
+    assert not elsewhere.exists()
+
+
 # ----------------------------------------------------------------------------- bad input
 def write_png_folder(root, sizes: dict):
     """root/{train,test}/<class>/0.png, 1.png (grayscale); ``sizes[(split, class)]`` = (h, w)."""
@@ -544,6 +579,7 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(case, tmp_path, fin
     assert snapshot(finished_run) == before
 
 
+@pytest.mark.slow
 def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, capsys):
     config = write_config(tmp_path, {"benchmark": {"num_tasks": 2, "samples_per_task": 20},
                                      "train": {"checkpoint_every": 1}})
@@ -554,7 +590,8 @@ def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, c
     (finished_run / "results.json").unlink()
     (finished_run / "config.yaml").unlink()
     (finished_run / "checkpoints" / "ckpt-30.index").write_text("")
-    assert "config.yaml is missing" in cli_error(["--config", config, "--output", str(finished_run), "--resume"], capsys)
+    message = cli_error(["--config", config, "--output", str(finished_run), "--resume"], capsys)
+    assert "config.yaml is missing" in message
 
     # A run stopped after its first task (its checkpoint), resumed with another learning rate or
     # another seed: refused, naming the key; with another verbosity or checkpoint cadence: fine.
@@ -574,7 +611,8 @@ def test_resume_needs_a_checkpoint_and_the_same_config(tmp_path, finished_run, c
     finally:
         callbacks.TaskEndEvaluation.on_train_end = after_task
     before = snapshot(out)
-    message = cli_error(["--config", config, "--output", str(out), "--resume", "--set", "train.learning_rate=0.5"], capsys)
+    message = cli_error(["--config", config, "--output", str(out), "--resume", "--set", "train.learning_rate=0.5"],
+                        capsys)
     assert "differs" in message and "train.learning_rate (0.1 -> 0.5)" in message
     message = cli_error(["--config", config, "--output", str(out), "--resume", "--set", "seed=3"], capsys)
     assert "seed (0 -> 3)" in message

@@ -195,6 +195,23 @@ def test_folder_source_errors(tmp_path, make_config):
     assert "does not exist" in one_line_data_error(lambda: make_source(missing.benchmark).load("train"))
 
 
+def test_folder_source_checks_every_image_size(tmp_path, make_config):
+    """Without benchmark.image_size no image is resized: one of another size anywhere in a class
+    (not its first) is a one-line error naming it; with image_size every image is resized."""
+    from PIL import Image
+
+    write_png_folder(tmp_path / "imgs", {"a": 3, "b": 3})
+    odd = tmp_path / "imgs" / "test" / "b" / "004.png"  # the fifth of six test images of class b
+    Image.fromarray(np.zeros((9, 5), np.uint8), mode="L").save(odd)
+    config = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs")}})
+    source = make_source(config.benchmark)
+    assert source.load("train").images.shape[1:3] == (7, 5)
+    message = one_line_data_error(lambda: source.load("test"))
+    assert "test/b/004.png" in message and "9x5" in message and "7x5" in message and "image_size" in message
+    resized = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"), "image_size": 6}})
+    assert make_source(resized.benchmark).load("test").images.shape[:3] == (12, 6, 6)
+
+
 # ---------------------------------------------------------------------------------- digits
 def test_digits_source(make_config):
     source, train, test = load_both(make_config())

@@ -3,10 +3,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_throughput_quick_writes_every_section(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "gcl_tf.benchmark", "throughput", "--quick", "--output", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900)
+    command = [sys.executable, "-m", "gcl_tf.benchmark", "throughput", "--quick", "--output", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "throughput.json").read_text())
     assert report["matmul_gflops"] > 0

@@ -118,6 +118,7 @@ def grid_search(tmp_path_factory):
     return {"folder": folder, "summary": summary, "loads": loads, "stdout": out.getvalue()}
 
 
+@pytest.mark.slow
 def test_grid_search_runs_every_trial_and_picks_the_best_validation_acc(grid_search):
     folder, summary = grid_search["folder"], grid_search["summary"]
     results = trial_results(folder)
@@ -152,6 +153,7 @@ def test_grid_search_runs_every_trial_and_picks_the_best_validation_acc(grid_sea
         assert {"_hparams_/session_start_info", "tune/val_acc", "accuracy/average_tasks_seen"} <= tags
 
 
+@pytest.mark.slow
 def test_search_never_reads_the_test_split_and_best_config_evaluates_on_test(grid_search, tmp_path):
     from gcl_tf import train
     from gcl_tf.config import load_config
@@ -193,6 +195,7 @@ def test_search_never_reads_the_test_split_and_best_config_evaluates_on_test(gri
 
 
 # ----------------------------------------------------------------------------- resuming
+@pytest.mark.slow
 def test_an_interrupted_search_resumes_without_redoing_finished_trials(tmp_path, monkeypatch):
     from gcl_tf import tune
 
@@ -229,6 +232,7 @@ def test_an_interrupted_search_resumes_without_redoing_finished_trials(tmp_path,
     assert counter.calls == [] and again["trial_id"] == summary["trial_id"]
 
 
+@pytest.mark.slow
 def test_a_reloaded_oracle_does_not_hand_out_a_trial_that_had_ended(tmp_path, monkeypatch, capsys):
     """A distributed chief's last save lists the trial that ended last as still ongoing (KerasTuner
     saves inside end_trial, before the trial leaves ongoing_trials): resuming must not run it again."""
@@ -257,6 +261,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tmp_path):
     config = write_config(tmp_path)
     folder = tmp_path / "search"
@@ -336,8 +341,8 @@ def test_the_default_space_is_the_methods_paper_grid():
     assert search.max_trials == 2 * 6 * 4  # the whole grid
     assert Search(raw, tuner="random").max_trials == 10
     # Values given as the config's types (the grid's integers are floats for float keys).
-    ranged = Search(raw, ["tune.space={train.learning_rate: {min: 1e-4, max: 1, log: true}, method.memory_size: [10, 20]}"],
-                    tuner="bayesian", max_trials=3)
+    space = "tune.space={train.learning_rate: {min: 1e-4, max: 1, log: true}, method.memory_size: [10, 20]}"
+    ranged = Search(raw, [space], tuner="bayesian", max_trials=3)
     assert ranged.space == {"train.learning_rate": {"min": 0.0001, "max": 1.0, "log": True, "step": None},
                             "method.memory_size": [10, 20]}
     assert ranged.max_trials == 3

@@ -303,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2),
                         help="Keras output of each run: 0 silent, 1 progress bar, 2 one line per task "
                              "(default: the config's train.verbose)")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs and whether they are finished; train nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the runs and whether they are finished; train nothing")
     return parser
 
 

@@ -26,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gcl_tf.benchmark import layout, tables
-from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
+from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_key
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
 
@@ -162,7 +162,7 @@ def tsne_coordinates(embeddings, class_embeddings=None, seed: int = 0) -> np.nda
         points = np.concatenate([points, classes * scale])
     perplexity = float(min(30.0, max(2.0, (len(points) - 1) / 3.0)))
     tsne = TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=seed)
-    # One thread: OpenMP threads on a shared, busy machine made it 10x slower, not faster.
+    # One thread: on a shared, busy machine OpenMP threads slowed it down instead of speeding it up.
     with threadpool_limits(1):
         return tsne.fit_transform(points)
 
@@ -271,7 +271,8 @@ def write_index(output: str, table_paths, figure_paths) -> str:
         if path.endswith(".md"):
             with open(path, encoding="utf-8") as handle:
                 lines += [handle.read().rstrip(), "",
-                          f"(CSV: [{os.path.basename(path)[:-3]}.csv]({layout.TABLES}/{os.path.basename(path)[:-3]}.csv))", ""]
+                          f"(CSV: [{os.path.basename(path)[:-3]}.csv]"
+                          f"({layout.TABLES}/{os.path.basename(path)[:-3]}.csv))", ""]
     if figure_paths:
         lines += ["## Figures", ""]
         for path in figure_paths:
@@ -286,7 +287,8 @@ def redraw(output: str, verbose: bool = True) -> list[str]:
     """Every table and figure of ``output`` from its saved results; returns the files written."""
     runs = layout.collect(output)
     if not runs:
-        raise UserError(f"{output!r} holds no finished run ({layout.RUNS}/<benchmark>/<variant>/seed<k>/{layout.RESULTS})")
+        raise UserError(f"{output!r} holds no finished run "
+                        f"({layout.RUNS}/<benchmark>/<variant>/seed<k>/{layout.RESULTS})")
     table_paths = tables.write_tables(output, runs)
     figure_paths = draw_figures(output, runs)
     index = write_index(output, table_paths, figure_paths)
@@ -300,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gcl_tf.benchmark plots",
                                      description="Redraw every table and figure of a suite from its saved results "
                                                  "(no training).")
-    parser.add_argument("output", metavar="DIR", help="the suite's output folder (python -m gcl_tf.benchmark paper --output DIR)")
+    parser.add_argument("output", metavar="DIR",
+                        help="the suite's output folder (python -m gcl_tf.benchmark paper --output DIR)")
     return parser
 
 

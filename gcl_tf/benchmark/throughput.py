@@ -304,8 +304,8 @@ def gcl_step_section(reference, repeats, quick):
         (f"GCL step, ConvNet, memory {conv_memory}", (32, 32, 3), conv_memory, "convnet", False),
     ]:
         model = make_model("gcl", shape, memory=memory, backbone=backbone)
-        seconds, traces, rate = time_train_step(model, shape, max(3, repeats // (4 if backbone == "convnet" else 1)), jit,
-                                                reference)
+        steps = max(3, repeats // (4 if backbone == "convnet" else 1))
+        seconds, traces, rate = time_train_step(model, shape, steps, jit, reference)
         flops = gcl_step_flops(model, 10)
         rows.append({
             "what": name, "ms": 1e3 * seconds, "images_per_s": 10 / seconds, "gflop": flops / 1e9,
@@ -447,7 +447,7 @@ def memory_sweep_section(reference, repeats, quick, sizes):
 
 # ----------------------------------------------------------------------------- report
 def markdown(report) -> str:
-    lines = [f"# Throughput", "", f"Command: `{report['command']}`", "",
+    lines = ["# Throughput", "", f"Command: `{report['command']}`", "",
              f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process, timed in turns with every row: "
              f"median **{report['matmul_gflops']:.0f} GFLOP/s** (from {report['matmul_gflops_range'][0]:.0f} to "
              f"{report['matmul_gflops_range'][1]:.0f} over the run); each row's fraction is of the matmul timed "
@@ -466,7 +466,8 @@ def markdown(report) -> str:
                      f"memory update, optimizer) costs {step['ms'] - ceiling['ms']:.1f} ms.")
     lines += ["", "| evaluation | ms/image | GFLOP/s | of matmul |", "|---|---|---|---|"]
     for r in report["gcl_eval"]:
-        lines.append(f"| {r['what']} | {r['ms_per_image']:.3f} | {r['gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% |")
+        lines.append(f"| {r['what']} | {r['ms_per_image']:.3f} | {r['gflops']:.0f} "
+                     f"| {100 * r['fraction_of_matmul']:.0f}% |")
     lines.append(f"\n30 graph samples cost **{report['eval_ratio']:.2f}x** one sample; their analytic FLOPs are "
                  f"{report['eval_flop_ratio']:.2f}x (each sample is an [N, M] x [M, H + K + 1] GEMM).\n")
     lines += ["| Keras fit | ms/step |", "|---|---|"]
@@ -475,8 +476,8 @@ def markdown(report) -> str:
     lines += [f"| {r['what']} | {r['ms_per_step']:.2f} | {100 * r['input_wait_fraction']:.1f}% |"
               for r in report["input_pipeline"]]
     lines += ["", "| memory | variant | ms/step | GFLOP/s | of matmul | traces |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['memory']} | {r['variant']} | {r['ms']:.1f} | {r['gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% "
-              f"| {r['traces']} |" for r in report["memory_sweep"]]
+    lines += [f"| {r['memory']} | {r['variant']} | {r['ms']:.1f} | {r['gflops']:.0f} "
+              f"| {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |" for r in report["memory_sweep"]]
     return "\n".join(lines) + "\n"
 
 
@@ -530,8 +531,8 @@ def main(argv=None) -> int:
     print("GCL training steps ...", flush=True)
     steps = gcl_step_section(reference, repeats, args.quick)
     for r in steps:
-        print(f"  {r['what']}: {r['ms']:.1f} ms, {r['gflops']:.0f} GFLOP/s = {100 * r['fraction_of_matmul']:.0f}% of matmul",
-              flush=True)
+        print(f"  {r['what']}: {r['ms']:.1f} ms, {r['gflops']:.0f} GFLOP/s = "
+              f"{100 * r['fraction_of_matmul']:.0f}% of matmul", flush=True)
     print("GCL evaluation ...", flush=True)
     evaluation, ratio, flop_ratio = gcl_eval_section(reference, repeats, args.quick)
     print(f"  30 samples / 1 sample: {ratio:.2f}x (analytic FLOPs {flop_ratio:.2f}x)", flush=True)
@@ -542,8 +543,9 @@ def main(argv=None) -> int:
     print("memory sweep ...", flush=True)
     sweep = memory_sweep_section(reference, repeats, args.quick, sizes)
     report = {"command": command, "matmul_gflops": float(np.median(reference.rates)),
-              "matmul_gflops_range": [min(reference.rates), max(reference.rates)], "gcl_steps": steps, "gcl_eval": evaluation,
-              "eval_ratio": ratio, "eval_flop_ratio": flop_ratio, "keras_overhead": overhead, "input_pipeline": pipeline, "memory_sweep": sweep}
+              "matmul_gflops_range": [min(reference.rates), max(reference.rates)], "gcl_steps": steps,
+              "gcl_eval": evaluation, "eval_ratio": ratio, "eval_flop_ratio": flop_ratio, "keras_overhead": overhead,
+              "input_pipeline": pipeline, "memory_sweep": sweep}
     text = markdown(report)
     print(text)
     if args.output:

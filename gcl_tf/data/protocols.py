@@ -144,7 +144,8 @@ class ContinualBenchmark:
                 description = "classes " + ", ".join(str(int(k)) for k in classes)
 
             train_candidates = np.flatnonzero(np.isin(train.labels, classes))
-            chosen = self._choose(train_candidates, c.samples_per_task, task_rng(self.seed, t, _SALT_TRAIN), "samples_per_task")
+            chosen = self._choose(train_candidates, c.samples_per_task, task_rng(self.seed, t, _SALT_TRAIN),
+                                  "samples_per_task")
             validation = None
             if c.validation_fraction > 0:
                 n_val = max(1, int(round(c.validation_fraction * len(chosen))))

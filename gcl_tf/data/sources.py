@@ -183,7 +183,8 @@ def read_idx(path: str) -> np.ndarray:
         with opener(path, "rb") as handle:
             raw = handle.read()
     except (OSError, EOFError) as error:
-        raise DataError(f"{path}: cannot read ({error.__class__.__name__}: {error}); the file may be truncated") from None
+        raise DataError(f"{path}: cannot read ({error.__class__.__name__}: {error}); "
+                        "the file may be truncated") from None
     if len(raw) < 4:
         raise DataError(f"{path}: truncated IDX file ({len(raw)} bytes)")
     zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
@@ -261,7 +262,8 @@ class FolderSource(Source):
     def _class_dirs(self, split):
         root = os.path.join(self.config.path, split)
         if not os.path.isdir(root):
-            raise DataError(f"benchmark.path: {root!r} does not exist; a folder source needs train/<class>/ and test/<class>/")
+            raise DataError(f"benchmark.path: {root!r} does not exist; "
+                            "a folder source needs train/<class>/ and test/<class>/")
         classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
         if not classes:
             raise DataError(f"benchmark.path: {root!r} has no class folders")
@@ -282,23 +284,25 @@ class FolderSource(Source):
 
     def _check_native_sizes(self, root, classes, size) -> None:
         """Without benchmark.image_size every image keeps its native size, which must be the
-        training images' one: the first image of each class is checked (a header read)."""
+        training images' one: every image is checked (a header read each, no decoding), so none
+        is silently resized."""
         from PIL import Image
 
         for name in classes:
             folder = os.path.join(root, name)
-            first = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))[0]
-            path = os.path.join(folder, first)
-            try:
-                with Image.open(path) as image:
-                    width, height = image.size
-            except Exception as error:
-                raise DataError(f"benchmark.path: cannot read image {path!r} ({error.__class__.__name__})") from None
-            if (height, width) != tuple(size):
-                raise DataError(
-                    f"benchmark.path: {path!r} is {height}x{width} but the training images are "
-                    f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
-                )
+            for file in sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)):
+                path = os.path.join(folder, file)
+                try:
+                    with Image.open(path) as image:
+                        width, height = image.size
+                except Exception as error:
+                    raise DataError(f"benchmark.path: cannot read image {path!r} "
+                                    f"({error.__class__.__name__})") from None
+                if (height, width) != tuple(size):
+                    raise DataError(
+                        f"benchmark.path: {path!r} is {height}x{width} but the training images are "
+                        f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
+                    )
 
     def _image_size(self, root, classes):
         if self.config.image_size is not None:
@@ -317,7 +321,8 @@ class FolderSource(Source):
         root, classes = self._class_dirs(split)
         train_classes = self._class_dirs("train")[1]
         if classes != train_classes:
-            raise DataError(f"benchmark.path: {root!r} has classes {classes[:5]}... but train/ has {train_classes[:5]}...")
+            raise DataError(f"benchmark.path: {root!r} has classes {classes[:5]}... "
+                            f"but train/ has {train_classes[:5]}...")
         train_root = os.path.join(self.config.path, "train")
         size = self._image_size(train_root, train_classes)
         if self.config.image_size is None:
@@ -339,7 +344,8 @@ class FolderSource(Source):
                 images.append(np.clip(np.round(x), 0, 255).astype(np.uint8))
                 labels.append(y.astype(np.int64))
         except Exception as error:
-            raise DataError(f"benchmark.path: cannot read images under {root!r} ({error.__class__.__name__}: {error})".splitlines()[0]) from None
+            message = f"benchmark.path: cannot read images under {root!r} ({error.__class__.__name__}: {error})"
+            raise DataError(message.splitlines()[0]) from None
         return SplitData(np.concatenate(images), np.concatenate(labels))
 
 

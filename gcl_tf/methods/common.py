@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from gcl_tf.errors import ConfigError
 
-
 # ----------------------------------------------------------------------------- checks
 
 

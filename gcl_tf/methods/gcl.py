@@ -8,7 +8,7 @@ latent and label embeddings along its normalised rows, and classifies the result
 a graph regulariser: contexts whose loss rose above their best keep their stored edges.
 
 Shapes: ``M`` memory capacity (always ``[M, ...]`` with a fill mask), ``T`` targets per batch,
-``H`` hidden size, ``K`` classes. Notation follows ../shared/GCL_SPEC.md.
+``H`` hidden size, ``K`` classes. Notation follows docs/gcl.md.
 """
 from __future__ import annotations
 
@@ -228,10 +228,10 @@ def context_graph_regularizer(logits, stored_logits, regularized):
 
 
 # The same, compiled by XLA: a few fused loops over the [k, k] pairs instead of about thirty
-# TensorFlow kernels (one pass over memory each), forward and backward; on a 2-core CPU at memory
-# 1000 about a tenth of the step saved. Only the regulariser: fusing the graph sampling gained
-# nothing measurable there, and XLA's CPU GEMMs and random numbers are slower than TensorFlow's
-# (a whole-step jit_compile is ~7x slower: python -m gcl_tf.benchmark throughput).
+# TensorFlow kernels (one pass over memory each), forward and backward. Only the regulariser:
+# fusing the graph sampling gained nothing measurable, and XLA's CPU GEMMs and random numbers
+# are slower than TensorFlow's (python -m gcl_tf.benchmark throughput measures both; see
+# docs/performance.md).
 context_graph_regularizer_fused = tf.function(context_graph_regularizer, jit_compile=True)
 
 
@@ -251,7 +251,7 @@ def replaced_source_index(slots, capacity: int):
 
 
 def update_edge_memory(stored, logits, target_logits, regularized, slots):
-    """The context graph kept in memory after a step (GCL_SPEC "Memory update").
+    """The context graph kept in memory after a step (docs/gcl.md, "Memory update after each step").
 
     ``stored`` [M, M] edge logits in memory; the current logits between all contexts (first M)
     and targets, in two blocks of columns: ``logits`` [M + T, M] to the contexts and
