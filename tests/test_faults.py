@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from test_reliability import assert_bit_identical, checkpoint_arrays, latest, results_of, snapshot
 
 from conftest import REPO, TINY, _deep_update
-from test_reliability import assert_bit_identical, checkpoint_arrays, latest, results_of, snapshot
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 NOT_OURS = ("E0000 ", "W0000 ", "WARNING: All log messages")  # TensorFlow's device probing
@@ -183,6 +183,7 @@ def test_a_second_run_in_a_held_folder_is_refused_naming_the_holder(tmp_path, ca
 def test_tune_and_the_paper_suite_refuse_a_held_folder(tmp_path, monkeypatch, capsys):
     from gcl_tf import faults, train, tune
     from gcl_tf.benchmark import paper
+
     from tiny_suite import suite_args, write_configs
 
     monkeypatch.setattr(train, "run", lambda *a, **k: pytest.fail("a run started in a held folder"))
@@ -323,6 +324,7 @@ def test_a_stopped_search_and_suite_go_on_from_the_stopped_runs_checkpoint(tmp_p
     again resumes that run from its checkpoint (not from its start)."""
     from gcl_tf import train, tune
     from gcl_tf.benchmark import paper
+
     from tiny_suite import write_configs
 
     for name in ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"):

@@ -251,6 +251,7 @@ def test_tfds_unknown_dataset_is_a_data_error(make_config):
     assert "no_such_dataset_xyz" in message and "mnist" in message
 
 
+@pytest.mark.slow
 def test_folder_converts_to_npz_that_the_npz_source_reads_identically(tmp_path, make_config):
     """python -m gcl_tf.data to-npz: the npz source then gives exactly the folder source's arrays."""
     import subprocess

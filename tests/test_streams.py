@@ -156,12 +156,13 @@ def test_flip_augmentation_mirrors_about_half_the_stream_deterministically_and_r
     np.testing.assert_array_equal(stream(skip=7), flipped[70:])  # resuming continues the same flips
 
 
+@pytest.mark.slow
 def test_a_run_with_flip_augmentation_stores_mirrored_images_in_memory(tmp_path, monkeypatch):
     """benchmark.augment: flip reaches the training stream of a run: the memory (which stores what
     the model trained on) holds training images of which some are mirrored, all as in the data."""
-    from helpers import digits_config
-
     from gcl_tf import train
+
+    from helpers import digits_config
 
     config = digits_config({"name": "er", "memory_size": 100},
                            benchmark={"name": "split", "num_tasks": 2, "classes_per_task": 2,
