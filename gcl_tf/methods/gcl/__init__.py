@@ -1,0 +1,69 @@
+"""GCL: Graph-Based Continual Learning (Tang & Matteson, ICLR 2021), one concern per module:
+
+- :mod:`.graph`: the pure math (kernel, edge logits, relaxed-Bernoulli graphs, normalisation,
+  the graph regulariser, the edge memory's update, the average of sample predictions);
+- :mod:`.caches`: the evaluation caches (test-time noise, the memory's embeddings);
+- :mod:`.memory`: the graph memory (reservoir + best losses + the learned context graph);
+- :mod:`.model`: the Keras model (``Method``) and its settings (``Config``).
+"""
+from gcl_tf.memory import step_seed
+from gcl_tf.methods.base import cross_entropy, mask_logits
+from gcl_tf.methods.gcl.caches import TEST_NOISE_CACHE_BYTES, ContextCache, TestNoiseCache, keep
+from gcl_tf.methods.gcl.graph import (
+    LOG_KERNEL_MAX,
+    ROW_EPS,
+    average_log_probs,
+    context_graph_regularizer,
+    context_graph_regularizer_fused,
+    edge_logits,
+    expected_graph,
+    graph_regularizer,
+    kernel_factors,
+    logistic_noise,
+    logit_of_exp,
+    normalize_rows,
+    rbf_log_kernel,
+    relaxed_bernoulli,
+    replaced_source_index,
+    sample_graph,
+    sampled_graph,
+    squared_distances,
+    update_edge_memory,
+)
+from gcl_tf.methods.gcl.memory import GraphMemory
+from gcl_tf.methods.gcl.model import SALT_CONTEXT_BATCH, SALT_TEST_GRAPH, SALT_TRAIN_GRAPH, Config, Method
+
+__all__ = [
+    "step_seed",
+    "cross_entropy",
+    "mask_logits",
+    "TEST_NOISE_CACHE_BYTES",
+    "ContextCache",
+    "TestNoiseCache",
+    "keep",
+    "LOG_KERNEL_MAX",
+    "ROW_EPS",
+    "average_log_probs",
+    "context_graph_regularizer",
+    "context_graph_regularizer_fused",
+    "edge_logits",
+    "expected_graph",
+    "graph_regularizer",
+    "kernel_factors",
+    "logistic_noise",
+    "logit_of_exp",
+    "normalize_rows",
+    "rbf_log_kernel",
+    "relaxed_bernoulli",
+    "replaced_source_index",
+    "sample_graph",
+    "sampled_graph",
+    "squared_distances",
+    "update_edge_memory",
+    "GraphMemory",
+    "SALT_CONTEXT_BATCH",
+    "SALT_TEST_GRAPH",
+    "SALT_TRAIN_GRAPH",
+    "Config",
+    "Method",
+]
