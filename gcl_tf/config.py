@@ -70,6 +70,15 @@ class MethodConfig:
 
 
 @dataclass
+class MemoryMethodConfig(MethodConfig):
+    """Base of the config of every method with an episodic memory."""
+
+    # Samples the episodic memory holds, over all tasks (GEM, A-GEM: split evenly across tasks;
+    # iCaRL: across its exemplar sets).
+    memory_size: int = field(default=1000, metadata=_range(1))
+
+
+@dataclass
 class ModelConfig:
     backbone: Literal["mlp", "convnet", "resnet18"] = "mlp"
     # Width of the MLP's hidden layers (GCL: also the size of its embeddings).

@@ -1,10 +1,9 @@
 """Pieces shared by the task-aware baselines (EWC, GEM, A-GEM, iCaRL): flat gradient vectors,
-per-task class masks, a per-task ring-buffer episodic memory held in tf.Variables, and the
-checks that a method's requirements are met.
+per-task class masks, a per-task ring-buffer episodic memory held in tf.Variables.
 
-Task boundaries: a method with ``task_free = False`` relies on the driver calling
-``on_task_start`` / ``on_task_end`` at every task change. :func:`require_task_boundaries` turns a
-request to run such a method on a stream without boundaries into a one-line ConfigError.
+Task boundaries: a method with ``task_free = False`` relies on ``on_task_begin`` /
+``on_task_end`` at every task change (:class:`gcl_tf.callbacks.TaskBoundary`, which ``fit``
+adds for each call when none is given).
 """
 from __future__ import annotations
 
@@ -12,24 +11,6 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf.errors import ConfigError
-
-
-# ----------------------------------------------------------------------------- checks
-
-
-def require_task_boundaries(config, method_name: str) -> None:
-    """Raise a one-line ConfigError when the stream has no task boundaries.
-
-    Every stream of the current driver has boundaries; a task-free stream would be declared by
-    ``benchmark.task_free: true`` (or ``benchmark.task_boundaries: false``), which this checks.
-    """
-    benchmark = config.benchmark
-    task_free = bool(getattr(benchmark, "task_free", False)) or getattr(benchmark, "task_boundaries", True) is False
-    if task_free:
-        raise ConfigError(
-            f"method.name: {method_name} needs task boundaries (task_free = False) but the stream is task-free; "
-            "allowed on task-free streams: finetune, er, gcl, mer"
-        )
 
 
 # ----------------------------------------------------------------------------- flat vectors

@@ -4,7 +4,7 @@
   the graph regulariser, the edge memory's update, the average of sample predictions);
 - :mod:`.caches`: the evaluation caches (test-time noise, the memory's embeddings);
 - :mod:`.memory`: the graph memory (reservoir + best losses + the learned context graph);
-- :mod:`.model`: the Keras model (``Method``) and its settings (``Config``).
+- :mod:`.model`: the Keras model (``GCL``, also ``Method``) and its settings (``Config``).
 """
 from gcl_tf.memory import step_seed
 from gcl_tf.methods.base import cross_entropy, mask_logits
@@ -31,7 +31,7 @@ from gcl_tf.methods.gcl.graph import (
     update_edge_memory,
 )
 from gcl_tf.methods.gcl.memory import GraphMemory
-from gcl_tf.methods.gcl.model import SALT_CONTEXT_BATCH, SALT_TEST_GRAPH, SALT_TRAIN_GRAPH, Config, Method
+from gcl_tf.methods.gcl.model import GCL, SALT_CONTEXT_BATCH, SALT_TEST_GRAPH, SALT_TRAIN_GRAPH, Config, Method
 
 __all__ = [
     "step_seed",
@@ -65,5 +65,6 @@ __all__ = [
     "SALT_TEST_GRAPH",
     "SALT_TRAIN_GRAPH",
     "Config",
+    "GCL",
     "Method",
 ]

@@ -19,8 +19,8 @@ from typing import Literal, Optional
 import keras
 import tensorflow as tf
 
-from gcl_tf.backbones import build_backbone
-from gcl_tf.config import MethodConfig, _range
+from gcl_tf.backbones import feature_size, mlp
+from gcl_tf.config import MemoryMethodConfig, _range
 from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import sample_without_replacement, scatter_update, step_seed
@@ -38,9 +38,8 @@ SALT_CONTEXT_BATCH = 203
 
 
 @dataclass
-class Config(MethodConfig):
+class Config(MemoryMethodConfig):
     name: str = "gcl"
-    memory_size: int = field(default=1000, metadata=_range(1))
     # Weight of the context cross-entropy (the target cross-entropy has weight 1).
     context_lambda: float = field(default=1.0, metadata=_range(0.0))
     # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
@@ -67,37 +66,62 @@ class Config(MethodConfig):
     fuse_regularizer: bool = True
 
     def check(self, config):
+        self.check_settings()
+        if config.model.backbone == "resnet18":
+            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
+
+    def check_settings(self, section: str = "method"):
+        """The rules between the method's own keys (``section``: how errors name them)."""
         if self.context_batch is not None:
             if self.edge_memory != "embeddings":
                 raise ConfigError(
-                    "method.context_batch: needs method.edge_memory: embeddings (the matrix store needs "
+                    f"{section}.context_batch: needs {section}.edge_memory: embeddings (the matrix store needs "
                     "every new sample's edges to the whole memory); allowed: null with matrix"
                 )
             if self.context_batch > self.memory_size:
                 raise ConfigError(
-                    f"method.context_batch: {self.context_batch} is more than method.memory_size "
+                    f"{section}.context_batch: {self.context_batch} is more than {section}.memory_size "
                     f"{self.memory_size}; allowed: 1 .. {self.memory_size} or null"
                 )
-        if config.model.backbone == "resnet18":
-            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
 
 
 # ------------------------------------------------------------------------------ model
-class Method(ContinualModel):
-    """GCL as a Keras model; ``train_step`` is the whole online update."""
+class GCL(ContinualModel):
+    """GCL as a Keras model; ``train_step`` is the whole online update.
+
+    ``backbone``: the shared trunk (images -> non-negative features, e.g. ending in a ReLU; None:
+    the paper's MLP of two ``hidden_size`` ReLU layers); ``hidden_size``: H, the width of the
+    edge, latent and label embeddings. The other keywords are the method's keys, with the
+    defaults and meaning of :class:`Config`; see
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common ones (``eval_batch_size`` sizes
+    the test-time noise cache, drawn once per evaluation).
+    """
 
     supports_distribution = True
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        cfg = config.method
-        cfg.check(config)
-        hidden = config.model.hidden_size
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
+                 graph_lambda=50.0, context_temperature=1.0, target_temperature=5.0, test_temperature=0.1,
+                 test_graph_samples=30, stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(
+            Config, memory_size=memory_size, context_lambda=context_lambda, graph_lambda=graph_lambda,
+            context_temperature=context_temperature, target_temperature=target_temperature,
+            test_temperature=test_temperature, test_graph_samples=test_graph_samples,
+            stochastic_graphs=stochastic_graphs, edge_memory=edge_memory, context_batch=context_batch,
+            fuse_regularizer=fuse_regularizer)
+        self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
+        self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
+        self.test_temperature, self.test_graph_samples = float(test_temperature), int(test_graph_samples)
+        self.stochastic_graphs, self.fuse_regularizer = bool(stochastic_graphs), bool(fuse_regularizer)
+        hidden = int(hidden_size)
         self.hidden_size = hidden
-        self.trunk = build_backbone(config.model, input_shape)
+        self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
         self._per_image_trunk = not any(isinstance(layer, keras.layers.BatchNormalization)
                                         for layer in self.trunk._flatten_layers(include_self=False))
-        feature_dim = self.trunk.output_shape[-1]
+        feature_dim = feature_size(self.trunk, self.image_shape)
+        num_classes = self.num_classes
         # f_theta1 (edge head) and f_theta2 (latent head): ReLU is the trunk's last op.
         self.edge_head = keras.layers.Dense(hidden, name="edge_head")
         self.latent_head = keras.layers.Dense(hidden, name="latent_head")
@@ -112,19 +136,31 @@ class Method(ContinualModel):
             shape=(), initializer=keras.initializers.Constant(math.log(math.sqrt(hidden))),
             name="kernel_log_scale", trainable=True,
         )
-        self.memory = GraphMemory(cfg.memory_size, input_shape, seed=config.seed, edge_memory=cfg.edge_memory,
+        self.memory = GraphMemory(memory_size, self.image_shape, seed=self.seed, edge_memory=edge_memory,
                                   embedding_size=hidden)
-        self.capacity = cfg.memory_size
+        self.capacity = int(memory_size)
         # Contexts attended to per step: the whole memory, or context_batch of them.
-        self.num_contexts = cfg.context_batch or cfg.memory_size
-        # Test-time graph noise, drawn once per evaluation (see TestNoiseCache); one device only.
-        noise_shape = (cfg.test_graph_samples, config.eval.batch_size, cfg.memory_size)
-        use_cache = (cfg.stochastic_graphs and TestNoiseCache.fits(noise_shape)
-                     and tf.distribute.get_strategy().num_replicas_in_sync == 1)
-        self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
+        self.num_contexts = context_batch or self.capacity
+        self._test_noise = None
+        if self.eval_batch_size is not None:
+            self.prepare_test_noise(self.eval_batch_size)
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
         one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
-        self._contexts = ContextCache(cfg.memory_size, hidden, hidden + num_classes + 1) if one_device else None
+        self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
+
+    def prepare_test_noise(self, eval_batch_size: int) -> None:
+        """The test-time graph noise cache for test batches of ``eval_batch_size`` (see
+        TestNoiseCache; one device only, and only when it fits TEST_NOISE_CACHE_BYTES)."""
+        noise_shape = (self.test_graph_samples, int(eval_batch_size), self.capacity)
+        use_cache = (self.stochastic_graphs and TestNoiseCache.fits(noise_shape)
+                     and tf.distribute.get_strategy().num_replicas_in_sync == 1)
+        self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
+
+    def prepare_evaluation(self, x) -> None:
+        unset = self.eval_batch_size is None
+        super().prepare_evaluation(x)
+        if unset and self.eval_batch_size is not None:
+            self.prepare_test_noise(self.eval_batch_size)
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
@@ -239,13 +275,12 @@ class Method(ContinualModel):
         kernel [k + T, k] (rows: contexts (G), then targets (A)), with the context and target
         temperatures: ``(E, graph)`` [k + T, k], the contexts' self-edges removed, not masked,
         not normalised."""
-        cfg = self.method_config
         k = log_k.shape[1]
         T = log_k.shape[0] - k
-        if not cfg.stochastic_graphs:
+        if not self.stochastic_graphs:
             return expected_graph(log_k)
         inverse_temperature = tf.concat(
-            [tf.fill([k, 1], 1.0 / cfg.context_temperature), tf.fill([T, 1], 1.0 / cfg.target_temperature)], axis=0
+            [tf.fill([k, 1], 1.0 / self.context_temperature), tf.fill([T, 1], 1.0 / self.target_temperature)], axis=0
         )  # [k + T, 1]
         return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
 
@@ -273,7 +308,6 @@ class Method(ContinualModel):
         [k + T, k + T] (contexts first), the per-context cross-entropies [k] and the
         regularised-context mask m [k].
         """
-        cfg = self.method_config
         if slots is None:
             slots, valid = self.select_contexts()
         k = slots.shape[0]
@@ -295,9 +329,9 @@ class Method(ContinualModel):
         target_loss = tf.reduce_mean(target_ce)
         best = tf.gather(self.memory.best_loss, slots)
         regularized = tf.logical_and(valid, best < tf.stop_gradient(context_ce))  # m_i
-        regularizer = context_graph_regularizer_fused if cfg.fuse_regularizer else context_graph_regularizer
+        regularizer = context_graph_regularizer_fused if self.fuse_regularizer else context_graph_regularizer
         graph_loss = regularizer(logits_e, self.stored_edge_logits(slots), regularized)
-        context_terms = cfg.context_lambda * context_loss + cfg.graph_lambda * graph_loss
+        context_terms = self.context_lambda * context_loss + self.graph_lambda * graph_loss
         loss = target_loss + context_terms
         # Gradients are summed over replicas: each weighs its targets by its share of the global
         # batch and the (replicated) context terms by 1 / R.
@@ -387,11 +421,11 @@ class Method(ContinualModel):
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         return u_c, self.context_values(l_c, self.memory.labels, self.memory.filled())
 
-    def begin_evaluation(self) -> None:
+    def on_evaluation_begin(self) -> None:
         if self._contexts is not None:
             self._contexts.open()
 
-    def end_evaluation(self) -> None:
+    def on_evaluation_end(self) -> None:
         if self._contexts is not None:
             self._contexts.close()
 
@@ -401,9 +435,8 @@ class Method(ContinualModel):
         V (and the context embeddings) are computed once per call, not once per sample, and
         inside an evaluation scope once per scope (ContextCache).
         """
-        cfg = self.method_config
-        samples = cfg.test_graph_samples if samples is None else samples
-        if not cfg.stochastic_graphs:
+        samples = self.test_graph_samples if samples is None else samples
+        if not self.stochastic_graphs:
             samples = 1
         # The caches serve the evaluation's own predictions; an explicit seed (serving) computes afresh.
         own = seed is None
@@ -417,7 +450,7 @@ class Method(ContinualModel):
         u_t, _ = self.embed(x, training=False)  # [N, H]
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         replicas = num_replicas()
-        if not cfg.stochastic_graphs:
+        if not self.stochastic_graphs:
             noise = None
         elif replicas == 1 and cached:
             noise = self._test_noise.get(seed)
@@ -430,7 +463,7 @@ class Method(ContinualModel):
         if noise is None:
             logits = self.classify(tf.sigmoid(logits_e)[None], values)  # [1, N, K]
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
-            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, cfg.test_temperature, eps), values),
+            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, self.test_temperature, eps), values),
                                noise, parallel_iterations=4, fn_output_signature=tf.float32)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         return average_log_probs(log_probs)
@@ -444,7 +477,7 @@ class Method(ContinualModel):
         filled = int(self.memory.num_filled.numpy())
         if filled == 0:
             return None
-        chunk = max(1, int(self.config.eval.batch_size))
+        chunk = self.eval_batch_size or 500
         u = tf.concat([self.embed(self.memory.images[i:min(i + chunk, filled)], training=False)[0]
                        for i in range(0, filled, chunk)], axis=0)  # [C, H]
         graph = tf.sigmoid(edge_logits(u, u, self.kernel_log_scale)).numpy()  # [C, C]
@@ -461,3 +494,6 @@ class Method(ContinualModel):
 
     def output_layer(self):
         return self.output_head
+
+
+Method = GCL
