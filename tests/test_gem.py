@@ -13,7 +13,7 @@ from scipy import optimize
 from gcl_tf import methods
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import gem
-from gcl_tf.methods.common import TaskMemory
+from gcl_tf.memory import TaskMemory
 from gcl_tf.train import run
 
 from helpers import DIGITS, digits_config  # noqa: E402

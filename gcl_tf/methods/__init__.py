@@ -1,6 +1,6 @@
 """Continual-learning methods: one module each, registered by name.
 
-Each module defines ``Config`` (a dataclass subclassing :class:`gcl_tf.config.MethodConfig`
+Each module defines ``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig`
 with the method's keys, their ranges and the paper's defaults) and ``Method``, its
 :class:`gcl_tf.methods.base.ContinualModel` (also under its own name: ``GCL``, ``ER``, ...),
 whose constructor takes those keys as keywords. Modules are imported on first use.

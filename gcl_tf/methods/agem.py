@@ -20,16 +20,20 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MemoryMethodConfig, _range
-from gcl_tf.memory import SALT_REPLAY, sample_without_replacement, step_seed
+from gcl_tf.memory import (
+    SALT_REPLAY,
+    TaskMemory,
+    per_task_memory,
+    sample_without_replacement,
+    step_seed,
+)
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import (
     TaskClasses,
-    TaskMemory,
     flatten,
-    per_task_memory,
     unflatten,
 )
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass

@@ -108,7 +108,7 @@ class ContinualModel(keras.Model):
     def check_settings(self, config_class, **values):
         """The method's own keywords checked against its ``Config`` dataclass (types, ranges,
         cross-key rules): a ConfigError names the keyword and what is allowed."""
-        from gcl_tf.config import build_dataclass
+        from gcl_tf.schema import build_dataclass
 
         settings = build_dataclass(config_class, values, type(self).__name__)
         check = getattr(settings, "check_settings", None)

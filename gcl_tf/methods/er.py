@@ -9,10 +9,10 @@ from typing import Optional
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MemoryMethodConfig, _range
 from gcl_tf.distribute import all_sum, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass

@@ -30,9 +30,9 @@ from typing import Literal
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MethodConfig, _range
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import TaskClasses, collect_dataset
+from gcl_tf.schema import MethodConfig, _range
 
 
 @dataclass

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MethodConfig
 from gcl_tf.distribute import num_replicas
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.schema import MethodConfig
 
 
 @dataclass

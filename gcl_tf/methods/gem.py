@@ -24,16 +24,15 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MemoryMethodConfig, _range
+from gcl_tf.memory import TaskMemory, per_task_memory
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import (
     TaskClasses,
-    TaskMemory,
     flatten,
     num_elements,
-    per_task_memory,
     unflatten,
 )
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 #: Ridge added to the QP's Gram matrix, as in the GEM repository's ``project2cone2``.
 GEM_EPS = 1e-3

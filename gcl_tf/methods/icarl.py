@@ -32,11 +32,16 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MemoryMethodConfig, _range
 from gcl_tf.errors import ConfigError
-from gcl_tf.memory import SALT_REPLAY, sample_without_replacement, step_seed
+from gcl_tf.memory import (
+    SALT_REPLAY,
+    ExemplarMemory,
+    sample_without_replacement,
+    step_seed,
+)
 from gcl_tf.methods.base import NEG_INF, ContinualModel
 from gcl_tf.methods.common import collect_dataset
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass
@@ -116,30 +121,6 @@ def icarl_targets(labels, old_logits, current_mask, old_mask, num_classes):
     distill = tf.sigmoid(old_logits)
     old_only = tf.logical_and(old_mask, tf.logical_not(current_mask))
     return tf.where(current_mask[None, :], onehot, tf.where(old_only[None, :], distill, tf.zeros_like(onehot)))
-
-
-# ----------------------------------------------------------------------------- state
-
-
-class ExemplarMemory(tf.Module):
-    """Exemplars in tf.Variables: images, labels, set id (task * K + class), rank within the set."""
-
-    def __init__(self, capacity: int, image_shape, num_classes: int, feature_dim: int, name: str = "exemplars"):
-        super().__init__(name=name)
-        self.capacity = int(capacity)
-        self.image_shape = tuple(int(d) for d in image_shape)
-        with self.name_scope:
-            self.images = tf.Variable(tf.zeros((self.capacity,) + self.image_shape), trainable=False, name="images")
-            self.labels = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="labels")
-            self.set_id = tf.Variable(tf.fill([self.capacity], -1), trainable=False, name="set_id")
-            self.rank = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="rank")
-            self.class_means = tf.Variable(tf.zeros([num_classes, feature_dim]), trainable=False, name="class_means")
-            self.has_mean = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="has_mean")
-            self.old_classes = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="old_classes")
-            self.current_classes = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="current_classes")
-
-    def valid(self):
-        return self.set_id >= 0
 
 
 # ----------------------------------------------------------------------------- method

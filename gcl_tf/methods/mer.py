@@ -32,7 +32,7 @@ import tensorflow as tf
 import keras
 
 from gcl_tf.backbones import classifier
-from gcl_tf.config import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, _range
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy

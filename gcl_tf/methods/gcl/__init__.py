@@ -3,8 +3,9 @@
 - :mod:`.graph`: the pure math (kernel, edge logits, relaxed-Bernoulli graphs, normalisation,
   the graph regulariser, the edge memory's update, the average of sample predictions);
 - :mod:`.caches`: the evaluation caches (test-time noise, the memory's embeddings);
-- :mod:`.memory`: the graph memory (reservoir + best losses + the learned context graph);
-- :mod:`.model`: the Keras model (``GCL``, also ``Method``) and its settings (``Config``).
+- the graph memory (reservoir + best losses + the learned context graph): :mod:`gcl_tf.memory.graph`;
+- :mod:`.config`: its keys (``Config``: ranges, the paper's defaults);
+- :mod:`.model`: the Keras model (``GCL``, also ``Method``).
 """
 from gcl_tf.memory import step_seed
 from gcl_tf.methods.base import cross_entropy, mask_logits
@@ -30,8 +31,9 @@ from gcl_tf.methods.gcl.graph import (
     squared_distances,
     update_edge_memory,
 )
-from gcl_tf.methods.gcl.memory import GraphMemory
-from gcl_tf.methods.gcl.model import GCL, SALT_CONTEXT_BATCH, SALT_TEST_GRAPH, SALT_TRAIN_GRAPH, Config, Method
+from gcl_tf.memory import GraphMemory
+from gcl_tf.methods.gcl.config import Config
+from gcl_tf.methods.gcl.model import GCL, SALT_CONTEXT_BATCH, SALT_TEST_GRAPH, SALT_TRAIN_GRAPH, Method
 
 __all__ = [
     "step_seed",

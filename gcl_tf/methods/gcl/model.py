@@ -13,79 +13,26 @@ Shapes: ``M`` memory capacity (always ``[M, ...]`` with a fill mask), ``T`` targ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Literal, Optional
 
 import keras
 import tensorflow as tf
 
 from gcl_tf.backbones import feature_size, mlp
-from gcl_tf.config import MemoryMethodConfig, _range
 from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
-from gcl_tf.errors import ConfigError
-from gcl_tf.memory import sample_without_replacement, scatter_update, step_seed
+from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.gcl.caches import ContextCache, TestNoiseCache
+from gcl_tf.methods.gcl.config import Config
 from gcl_tf.methods.gcl.graph import (ROW_EPS, context_graph_regularizer, context_graph_regularizer_fused,
                                       edge_logits, expected_graph, kernel_factors, logistic_noise,
                                       logit_of_exp, normalize_rows, relaxed_bernoulli, replaced_source_index,
                                       sampled_graph, update_edge_memory, average_log_probs)
-from gcl_tf.methods.gcl.memory import GraphMemory
 
 SALT_TRAIN_GRAPH = 201
 SALT_TEST_GRAPH = 202
 SALT_CONTEXT_BATCH = 203
 
 
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "gcl"
-    # Weight of the context cross-entropy (the target cross-entropy has weight 1).
-    context_lambda: float = field(default=1.0, metadata=_range(0.0))
-    # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
-    graph_lambda: float = field(default=50.0, metadata=_range(0.0))
-    # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
-    # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
-    context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
-    target_temperature: float = field(default=5.0, metadata=_range(0.0, lo_open=True))
-    test_temperature: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
-    # Graph samples averaged at test time (paper: 30).
-    test_graph_samples: int = field(default=30, metadata=_range(1))
-    # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
-    stochastic_graphs: bool = True
-    # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or
-    # the M edge embeddings u it is recomputed from (linear memory, the paper's appendix).
-    edge_memory: Literal["matrix", "embeddings"] = "matrix"
-    # Attend to this many memory samples, drawn anew each step, instead of the whole memory, so
-    # that a step's cost no longer grows with the memory (needs edge_memory: embeddings).
-    # null: the whole memory (the paper).
-    context_batch: Optional[int] = field(default=None, metadata=_range(1))
-    # Compile the graph regulariser (its element-wise passes over the [k, k] context pairs, forward
-    # and backward) with XLA into fused loops; false: plain TensorFlow ops (the same math, one
-    # kernel per op, for platforms without XLA).
-    fuse_regularizer: bool = True
-
-    def check(self, config):
-        self.check_settings()
-        if config.model.backbone == "resnet18":
-            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
-
-    def check_settings(self, section: str = "method"):
-        """The rules between the method's own keys (``section``: how errors name them)."""
-        if self.context_batch is not None:
-            if self.edge_memory != "embeddings":
-                raise ConfigError(
-                    f"{section}.context_batch: needs {section}.edge_memory: embeddings (the matrix store needs "
-                    "every new sample's edges to the whole memory); allowed: null with matrix"
-                )
-            if self.context_batch > self.memory_size:
-                raise ConfigError(
-                    f"{section}.context_batch: {self.context_batch} is more than {section}.memory_size "
-                    f"{self.memory_size}; allowed: 1 .. {self.memory_size} or null"
-                )
-
-
-# ------------------------------------------------------------------------------ model
 class GCL(ContinualModel):
     """GCL as a Keras model; ``train_step`` is the whole online update.
 

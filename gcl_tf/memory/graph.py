@@ -6,7 +6,8 @@ import math
 
 import tensorflow as tf
 
-from gcl_tf.memory import ReservoirMemory, state_variable
+from gcl_tf.memory.reservoir import ReservoirMemory
+from gcl_tf.memory.state import state_variable
 
 
 class GraphMemory(ReservoirMemory):
