@@ -1,3 +1,42 @@
-"""gcl_tf: Graph-Based Continual Learning (Tang & Matteson, ICLR 2021) and its baselines in TensorFlow/Keras."""
+"""gcl_tf: Graph-Based Continual Learning (Tang & Matteson, ICLR 2021) and its baselines in TensorFlow/Keras.
+
+The Python API (docs/api.md), imported on first use so that ``import gcl_tf`` stays light:
+
+- the methods, Keras models: ``GCL``, ``ER``, ``EWC``, ``GEM``, ``AGEM``, ``MER``, ``ICaRL``,
+  ``Finetune`` (``model.compile(optimizer=...)``, then ``model.fit(task_stream)`` per task);
+- ``gcl_tf.data.load(name, source=..., path=...)`` and ``gcl_tf.benchmarks.permuted/rotated/split``:
+  continual streams of tasks with ``.train`` and ``.test`` tf.data datasets;
+- ``gcl_tf.callbacks.TaskBoundary``: a task's boundaries for ``fit``;
+- ``gcl_tf.run(config_or_path, **overrides) -> Results``: a whole run from a config, as the CLI.
+"""
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "GCL": ("gcl_tf.methods.gcl", "GCL"),
+    "ER": ("gcl_tf.methods.er", "ER"),
+    "EWC": ("gcl_tf.methods.ewc", "EWC"),
+    "GEM": ("gcl_tf.methods.gem", "GEM"),
+    "AGEM": ("gcl_tf.methods.agem", "AGEM"),
+    "MER": ("gcl_tf.methods.mer", "MER"),
+    "ICaRL": ("gcl_tf.methods.icarl", "ICaRL"),
+    "Finetune": ("gcl_tf.methods.finetune", "Finetune"),
+    "run": ("gcl_tf.api", "run"),
+    "Results": ("gcl_tf.api", "Results"),
+}
+_SUBMODULES = ("api", "benchmarks", "callbacks", "config", "data", "methods")
+
+__all__ = sorted(_EXPORTS) + list(_SUBMODULES)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        module, attribute = _EXPORTS[name]
+        value = getattr(importlib.import_module(module), attribute)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"gcl_tf.{name}")
+    else:
+        raise AttributeError(f"module 'gcl_tf' has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -124,9 +124,28 @@ def build_backbone(model_config, input_shape) -> keras.Model:
     raise ValueError(f"unknown backbone {model_config.backbone!r}")
 
 
-def build_classifier(model_config, input_shape, num_classes: int, name: str = "classifier") -> keras.Model:
-    """Backbone followed by one linear layer to ``num_classes`` logits."""
-    backbone = build_backbone(model_config, input_shape)
-    inputs = keras.Input(shape=input_shape)
-    logits = layers.Dense(num_classes, name="logits")(backbone(inputs))
+def classifier(backbone: keras.Model, input_shape, num_classes: int, name: str = "classifier") -> keras.Model:
+    """``backbone`` followed by one linear layer (``logits``) to ``num_classes`` logits; features
+    of more than one axis are flattened first."""
+    inputs = keras.Input(shape=tuple(input_shape))
+    features = backbone(inputs)
+    if len(features.shape) > 2:
+        features = layers.Flatten(name="flatten_features")(features)
+    logits = layers.Dense(num_classes, name="logits")(features)
     return keras.Model(inputs, logits, name=name)
+
+
+def feature_size(backbone: keras.Model, input_shape) -> int:
+    """The width D of the features ``[N, D]`` that ``backbone`` computes from images of ``input_shape``."""
+    shape = backbone.compute_output_shape((None,) + tuple(input_shape))
+    if len(shape) != 2:
+        from gcl_tf.errors import ConfigError
+
+        raise ConfigError(f"backbone: gives features of shape {tuple(shape)}; allowed: vectors [N, D] "
+                          "(end it with a Flatten or a pooling layer)")
+    return int(shape[-1])
+
+
+def build_classifier(model_config, input_shape, num_classes: int, name: str = "classifier") -> keras.Model:
+    """The configured backbone followed by one linear layer to ``num_classes`` logits."""
+    return classifier(build_backbone(model_config, input_shape), input_shape, num_classes, name=name)

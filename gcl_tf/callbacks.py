@@ -11,12 +11,34 @@ from gcl_tf.data.streams import eval_dataset
 
 
 class TaskBoundary(keras.callbacks.Callback):
-    """Calls the method's ``on_task_end`` hook when a task's ``fit`` ends (before evaluation)."""
+    """One task's boundaries around its ``fit``: the method's ``on_task_begin(index, classes)``
+    when training begins and ``on_task_end(index, dataset)`` when it ends (before evaluation).
 
-    def __init__(self, task_index: int, dataset):
+    ``TaskBoundary(task)`` takes a task of :mod:`gcl_tf.benchmarks` (its index, classes and
+    stream); or give ``TaskBoundary(index, dataset, classes)``: ``dataset`` is the task's stream
+    of ``(images, labels)`` batches, which the end hook reads (EWC's Fisher, iCaRL's exemplars);
+    ``classes`` (None: read from ``dataset`` where the method needs task boundaries) are the
+    task's labels. ``model.fit`` adds one for the next task when none is given.
+    """
+
+    def __init__(self, task_index, dataset=None, classes=None):
         super().__init__()
-        self.task_index = task_index
+        if hasattr(task_index, "index"):  # a task object
+            task = task_index
+            task_index, dataset = task.index, task.train if dataset is None else dataset
+            classes = getattr(task, "classes", None) if classes is None else classes
+        self.task_index = int(task_index)
         self.dataset = dataset
+        self.classes = classes
+
+    def task_classes(self):
+        """The task's classes: as given, else the labels in its stream (task-aware methods only)."""
+        if self.classes is None and not self.model.task_free and self.dataset is not None:
+            self.classes = np.unique(np.concatenate([np.asarray(batch[1]).reshape(-1) for batch in self.dataset]))
+        return self.classes
+
+    def on_train_begin(self, logs=None):
+        self.model.on_task_begin(self.task_index, self.task_classes())
 
     def on_train_end(self, logs=None):
         self.model.on_task_end(self.task_index, self.dataset)

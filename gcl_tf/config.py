@@ -6,29 +6,36 @@ top-level keys ``seed`` and ``output_dir``. It may also hold ``presets``: per-me
 that method. ``--set`` overrides apply last, so ``--set method.name=er`` picks the ER preset.
 
 Every key is checked against the dataclasses below (and, for ``method``, against the chosen
-method's own dataclass in ``gcl_tf/methods/<name>.py``). An unknown key, a wrong type or a
-value outside its allowed set raises :class:`~gcl_tf.errors.ConfigError` with one line naming
-the key and what is allowed.
+method's own dataclass in ``gcl_tf/methods/<name>.py``) by :mod:`gcl_tf.schema`. An unknown
+key, a wrong type or a value outside its allowed set raises :class:`~gcl_tf.errors.ConfigError`
+with one line naming the key and what is allowed. The ``tune`` section's search space is checked
+by :mod:`gcl_tf.tune` (only a search reads it).
+
+Layers: :mod:`gcl_tf.schema` (validation) <- :mod:`gcl_tf.methods` (each method's keys) <- this
+module (the whole run's config): no import runs back up.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 import yaml
 
+from gcl_tf import methods
 from gcl_tf.errors import ConfigError
-
-
-def _range(lo=None, hi=None, lo_open=False, hi_open=False):
-    """Field metadata for a numeric range check."""
-    return {"range": (lo, hi, lo_open, hi_open)}
+from gcl_tf.schema import (  # noqa: F401  (re-exported: the validation of every section)
+    MemoryMethodConfig,
+    MethodConfig,
+    _check_range,
+    _coerce,
+    _describe,
+    _range,
+    _type_name,
+    build_dataclass,
+)
 
 
 @dataclass
@@ -65,13 +72,6 @@ class BenchmarkConfig:
     # augmented copy), never at test time. flip: a random horizontal flip of each training image
     # (the paper's Split CIFAR10 / SVHN / CIFAR100 / MiniImageNet loaders); none: as read.
     augment: Literal["none", "flip"] = "none"
-
-
-@dataclass
-class MethodConfig:
-    """Base of every method's config; each method file subclasses it with its own keys."""
-
-    name: str = "gcl"
 
 
 @dataclass
@@ -125,7 +125,7 @@ class TuneConfig:
 
     # Search space: {dotted.config.key: [values, ...]} (choices) or {dotted.config.key: {min, max,
     # log, step}} (a numeric range: random and bayesian tuners only). null: the GCL paper's
-    # appendix grid for the chosen method (gcl_tf/tune.py PAPER_GRIDS).
+    # appendix grid for the chosen method (gcl_tf/tune/space.py PAPER_GRIDS).
     space: Optional[dict] = None
     tuner: Literal["grid", "random", "bayesian"] = "grid"
     # Trials at most (null: the whole grid; 10 for random and bayesian).
@@ -149,131 +149,6 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def _type_name(tp) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
-    if origin in (list, tuple):
-        return "a list"
-    if origin is dict or tp is dict:
-        return "a mapping"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
-
-
-def _describe(value) -> str:
-    return "null" if value is None else repr(value)
-
-
-def _coerce(value, tp, key: str):
-    """Check ``value`` against the annotation ``tp``; return the (possibly converted) value."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError as error:
-                errors.append(error)
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
-            raise ConfigError(
-                f"{key}: {_describe(value)} is not allowed; allowed: {', '.join(str(a) for a in allowed)}"
-            )
-        return value
-    if origin in (list, tuple):
-        (item_tp,) = typing.get_args(tp)[:1] or (Any,)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
-        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {_describe(value)}")
-        return copy.deepcopy(value)
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if math.isfinite(float(value)):
-                return float(value)
-        elif isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
-            try:
-                number = float(value)
-            except ValueError:
-                number = None
-            if number is not None and math.isfinite(number):
-                return number
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
-
-
-def _check_range(value, spec, key):
-    if value is None:
-        return
-    lo, hi, lo_open, hi_open = spec
-    ok = True
-    if lo is not None:
-        ok &= value > lo if lo_open else value >= lo
-    if hi is not None:
-        ok &= value < hi if hi_open else value <= hi
-    if not ok:
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        lo_s = "-inf" if lo is None else (f"{lo:g}" if isinstance(lo, float) else str(lo))
-        hi_s = "inf" if hi is None else (f"{hi:g}" if isinstance(hi, float) else str(hi))
-        raise ConfigError(f"{key}: {value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
-
-
-def build_dataclass(cls, data, prefix: str):
-    """Build dataclass ``cls`` from the mapping ``data``, validating every key."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a mapping of keys, got {_describe(data)}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in names:
-            where = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(f"unknown key '{where}'; allowed: {', '.join(names)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[f.name] = build_dataclass(tp, data[f.name], key)
-            continue
-        value = _coerce(data[f.name], tp, key)
-        if "range" in f.metadata:
-            _check_range(value, f.metadata["range"], key)
-        kwargs[f.name] = value
-    return cls(**kwargs)
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
@@ -338,8 +213,6 @@ def load_yaml(path: str) -> dict:
 
 def resolve(raw: dict, overrides=()) -> Config:
     """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config."""
-    from gcl_tf import methods  # late import: the registry imports TensorFlow lazily
-
     raw = apply_overrides(raw, overrides)
     presets = raw.pop("presets", None) or {}
     if not isinstance(presets, dict):
@@ -397,126 +270,7 @@ def _check_consistency(config: Config) -> None:
     check_method = getattr(config.method, "check", None)
     if check_method is not None:  # a method's own cross-key rules
         check_method(config)
-    if config.tune.space is not None:
-        search_space(config, config.tune.space, config.tune.tuner)
 
-
-# ----------------------------------------------------------------------------- search space
-# The ``tune`` section's space, checked against the chosen method's keys (gcl_tf/tune.py runs it).
-
-# Keys a search may not vary: they decide what a trial is and how it is scored.
-_NOT_TUNABLE = ("method.name", "eval.split", "output_dir")
-_RANGE_KEYS = ("min", "max", "log", "step")
-
-
-def tunable_keys(config: Config) -> dict:
-    """Every key a search may vary -> (its type annotation, its field metadata), in config order."""
-    keys = {}
-
-    def walk(obj, prefix):
-        hints = typing.get_type_hints(type(obj))
-        for f in dataclasses.fields(obj):
-            key = prefix + f.name
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                if key != "tune":
-                    walk(value, key + ".")
-            elif key not in _NOT_TUNABLE:
-                keys[key] = (hints[f.name], f.metadata)
-
-    walk(config, "")
-    return keys
-
-
-def _unknown_space_key(key, keys: dict, where: str) -> str:
-    if key in _NOT_TUNABLE or str(key).split(".")[0] in ("tune", "presets"):
-        return f"{where}: '{key}' cannot be searched (it decides what a trial is and how it is scored)"
-    section = str(key).split(".")[0] + "."
-    same_section = [k for k in keys if k.startswith(section)]
-    allowed = same_section or sorted({k.split(".")[0] + (".<key>" if "." in k else "") for k in keys})
-    return f"{where}: unknown key '{key}'; allowed: {', '.join(allowed)}"
-
-
-def _numeric_base(tp):
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        tp = args[0] if len(args) == 1 else None
-    return tp if tp in (int, float) else None
-
-
-def _choices(values, tp, metadata, where: str) -> list:
-    if not values:
-        raise ConfigError(f"{where}: the list of values is empty; give at least one value")
-    out = []
-    for i, value in enumerate(values):
-        if value is None:
-            raise ConfigError(f"{where}[{i}]: null cannot be a choice; allowed: {_type_name(tp).replace(' or null', '')}")
-        value = _coerce(value, tp, f"{where}[{i}]")
-        if "range" in metadata:
-            _check_range(value, metadata["range"], f"{where}[{i}]")
-        if value in out and type(value) is type(out[out.index(value)]):
-            raise ConfigError(f"{where}[{i}]: {value!r} is listed twice; allowed: distinct values")
-        out.append(value)
-    if len({type(v) for v in out}) > 1:
-        raise ConfigError(f"{where}: mixes value types ({', '.join(repr(v) for v in out)}); allowed: one type")
-    return out
-
-
-def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
-    unknown = [k for k in spec if k not in _RANGE_KEYS]
-    if unknown:
-        raise ConfigError(f"{where}: unknown range key '{unknown[0]}'; allowed: {', '.join(_RANGE_KEYS)}")
-    base = _numeric_base(tp)
-    if base is None:
-        raise ConfigError(f"{where}: a range needs a numeric key, this one takes {_type_name(tp)}; give a list of values")
-    out = {}
-    for bound in ("min", "max"):
-        if spec.get(bound) is None:
-            raise ConfigError(f"{where}: a range needs '{bound}'; allowed keys: {', '.join(_RANGE_KEYS)}")
-        out[bound] = _coerce(spec[bound], base, f"{where}.{bound}")
-        if "range" in metadata:
-            _check_range(out[bound], metadata["range"], f"{where}.{bound}")
-    if not out["min"] < out["max"]:
-        raise ConfigError(f"{where}: min {out['min']!r} is not below max {out['max']!r}; allowed: min < max")
-    out["log"] = _coerce(spec.get("log", False), bool, f"{where}.log")
-    if out["log"] and out["min"] <= 0:
-        raise ConfigError(f"{where}.log: a log range needs min > 0, got {out['min']!r}")
-    step = spec.get("step")
-    if step is not None:
-        step = _coerce(step, base, f"{where}.step")
-        _check_range(step, (0, None, True, False), f"{where}.step")
-    out["step"] = step
-    return out
-
-
-def search_space(config: Config, space, tuner: str = "grid", where: str = "tune.space") -> dict:
-    """Check a search space against ``config``'s keys (the chosen method's included).
-
-    ``space`` maps dotted config keys to a list of values (choices) or to a numeric range
-    ``{min, max, log, step}`` (random and bayesian tuners only). Returns the space with its
-    values converted to the keys' types: ``{key: [values]}`` or ``{key: {min, max, log, step}}``.
-    """
-    if not isinstance(space, dict) or not space:
-        raise ConfigError(
-            f"{where}: expected a non-empty mapping from dotted config keys to lists of values "
-            f"or {{min, max}} ranges, got {_describe(space)}"
-        )
-    keys = tunable_keys(config)
-    out = {}
-    for key, spec in space.items():
-        if not isinstance(key, str) or key not in keys:
-            raise ConfigError(_unknown_space_key(key, keys, where))
-        tp, metadata = keys[key]
-        name = f"{where}.{key}"
-        if isinstance(spec, (list, tuple)):
-            out[key] = _choices(list(spec), tp, metadata, name)
-        elif isinstance(spec, dict):
-            if tuner == "grid":
-                raise ConfigError(f"{name}: a range needs the random or bayesian tuner; allowed for grid: a list of values")
-            out[key] = _numeric_range(spec, tp, metadata, name)
-        else:
-            raise ConfigError(f"{name}: expected a list of values or a range {{min, max, log}}, got {_describe(spec)}")
-    return out
 
 
 def load_config(path: Optional[str] = None, overrides=()) -> Config:

@@ -100,7 +100,7 @@ def load_run(run_dir: str, allow_unfinished: bool = False):
     latest = latest_checkpoint(run_dir)
     if latest is None:
         raise UserError(f"RUN_DIR: no checkpoint in {checkpoint_dir(run_dir)}; train the run first")
-    model = methods.method_class(config.method.name)(config, input_shape, num_classes)
+    model = methods.build(config, input_shape, num_classes)
     model.compile_for_training(config.train)
     checkpoints = RunCheckpoints(model, config.benchmark.num_tasks, run_dir)
     checkpoints.restore(latest)

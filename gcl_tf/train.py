@@ -60,7 +60,9 @@ def model_class(config):
 
 
 def build_model(config, benchmark):
-    return model_class(config)(config, benchmark.input_shape, benchmark.num_classes)
+    from gcl_tf import methods
+
+    return methods.build(config, benchmark.input_shape, benchmark.num_classes)
 
 
 def make_strategy(config, cls):
@@ -272,7 +274,6 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
             fit_args = dict(x=dataset, epochs=config.train.epochs, steps_per_epoch=steps)
         if strategy is not None:  # replica r gets the r-th slice of every global batch
             fit_args["x"] = distribute_batches(strategy, fit_args["x"], config.train.batch_size)
-        model.on_task_start(i, task.classes)
         evaluator.task_index = i
         checkpoints.task = i
         checkpoints.task_first_step = int(model.step_counter.numpy()) - done
@@ -280,7 +281,7 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
         clock.update(start=time.perf_counter(), eval=evaluator.eval_seconds)
         model.fit(
             **fit_args,
-            callbacks=[periodic, TaskBoundary(i, dataset), evaluator, step_logger],
+            callbacks=[periodic, TaskBoundary(i, dataset, task.classes), evaluator, step_logger],
             verbose=verbose,
             shuffle=False,
         )

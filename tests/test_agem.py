@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gcl_tf import methods
 from gcl_tf.methods import agem
 from gcl_tf.methods.common import flatten
 from gcl_tf.train import run
@@ -35,13 +36,13 @@ def test_projection_formula():
 
 def test_reference_gradient_uses_past_tasks_only():
     config = digits_config({"name": "agem", "memory_size": 30, "agem_batch_size": 256})
-    model = agem.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     assert model.reference_size == 20  # limited by the memory of the past tasks: 2 tasks x 10
     rng = np.random.default_rng(1)
     batches = []
     for task in range(2):
-        model.on_task_start(task, np.arange(10))
+        model.on_task_begin(task, np.arange(10))
         x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
         y = rng.integers(0, 10, size=10).astype(np.int32)
         batches.append((x, y))
@@ -60,14 +61,14 @@ def test_reference_gradient_uses_past_tasks_only():
 
 def test_step_applies_the_projection():
     config = digits_config({"name": "agem", "memory_size": 30})
-    model = agem.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(2)
     x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
     y0 = rng.integers(0, 10, size=10).astype(np.int32)
-    model.on_task_start(0, np.arange(10))
+    model.on_task_begin(0, np.arange(10))
     model.learn(tf.constant(x), tf.constant(y0))
-    model.on_task_start(1, np.arange(10))
+    model.on_task_begin(1, np.arange(10))
     y1 = ((y0 + 5) % 10).astype(np.int32)  # same images, other labels: conflicting gradients
     variables = model.network.trainable_variables
     g_ref = model.reference_gradient(tf.constant(1)).numpy()

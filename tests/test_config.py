@@ -194,3 +194,22 @@ def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path, text, f
     assert lines[0].startswith("error: ") and fragment in lines[0]
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_layers_import_downward():
+    """gcl_tf.schema <- gcl_tf.methods <- gcl_tf.config: no module of the lower layers imports one
+    above it, at the top or inside a function (no hidden cycle)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
+    lower = [root / "schema.py", *sorted((root / "methods").rglob("*.py")), *sorted((root / "memory").rglob("*.py"))]
+    above = ("gcl_tf.config", "gcl_tf.train", "gcl_tf.tune", "gcl_tf.api", "gcl_tf.benchmarks")
+    for path in lower:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if isinstance(node, ast.ImportFrom) and node.module == "gcl_tf":
+                names = [f"gcl_tf.{a.name}" for a in node.names]
+            for name in names:
+                assert not name.startswith(above), f"{path.relative_to(root)} imports {name}"

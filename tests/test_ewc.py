@@ -3,15 +3,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from gcl_tf.errors import ConfigError
+from gcl_tf import methods
 from gcl_tf.methods import ewc
-from gcl_tf.methods.common import require_task_boundaries
 from gcl_tf.train import run
 
 from helpers import digits_config  # noqa: E402
@@ -98,12 +96,12 @@ def test_penalty_is_zero_at_the_anchor_and_grows_away_from_it():
 
 def test_method_fisher_is_non_negative_and_anchors_at_task_end():
     config = digits_config({"name": "ewc", "fisher_samples": 20})
-    model = ewc.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     rng = np.random.default_rng(3)
     x = rng.uniform(size=(30, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 10, size=30).astype(np.int32)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
-    model.on_task_start(0, np.arange(10))
+    model.on_task_begin(0, np.arange(10))
     model.on_task_end(0, dataset)
     importance = [v.numpy() for v in model.ewc.importance]
     assert all(np.all(f >= 0) for f in importance)
@@ -116,17 +114,17 @@ def test_method_fisher_is_non_negative_and_anchors_at_task_end():
 
 def test_step_descends_cross_entropy_plus_penalty():
     config = digits_config({"name": "ewc", "ewc_lambda": 3.0, "fisher_samples": 20})
-    model = ewc.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(4)
     x = rng.uniform(size=(20, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 10, size=20).astype(np.int32)
-    model.on_task_start(0, np.arange(10))
+    model.on_task_begin(0, np.arange(10))
     model.on_task_end(0, tf.data.Dataset.from_tensor_slices((x, y)).batch(10))
     variables = model.network.trainable_variables
     for v in variables:  # move away from the anchor
         v.assign_add(0.05 * rng.normal(size=v.shape).astype(np.float32))
-    model.on_task_start(1, np.arange(10))
+    model.on_task_begin(1, np.arange(10))
     xb, yb = tf.constant(x[:10]), tf.constant(y[:10])
     with tf.GradientTape() as tape:
         ce = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=model(xb)))
@@ -143,10 +141,6 @@ def test_step_descends_cross_entropy_plus_penalty():
 
 def test_requires_task_boundaries():
     assert ewc.Method.task_free is False
-    stream = types.SimpleNamespace(benchmark=types.SimpleNamespace(task_free=True))
-    with pytest.raises(ConfigError, match="needs task boundaries"):
-        require_task_boundaries(stream, "ewc")
-    require_task_boundaries(types.SimpleNamespace(benchmark=types.SimpleNamespace()), "ewc")
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from gcl_tf import config as config_lib
+from gcl_tf import methods
 from gcl_tf.methods import gcl
 
 tfd = tfp.distributions
@@ -30,7 +31,7 @@ def make_config(**method):
 
 def make_model(**method):
     config = make_config(**method)
-    model = gcl.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     return model
 
@@ -270,7 +271,7 @@ def test_train_step_does_not_retrace_across_steps_and_tasks(options):
 
     model.fit(dataset(0), epochs=1, verbose=0, shuffle=False)
     first = len(traces)
-    model.on_task_start(1, np.arange(10))
+    model.on_task_begin(1, np.arange(10))
     model.fit(dataset(1), epochs=2, verbose=0, shuffle=False)
     assert len(traces) == first == 1
     assert int(model.step_counter.numpy()) == 18
@@ -308,7 +309,7 @@ def test_same_seed_same_run_different_seed_differs():
     def run(seed):
         config = make_config()
         config.seed = seed
-        model = gcl.Method(config, (8, 8, 1), 10)
+        model = methods.build(config, (8, 8, 1), 10)
         model.compile_for_training(config.train)
         for x, y in batches(5, seed=11):
             model.train_step((x, y))
@@ -452,10 +453,9 @@ def test_xla_fused_regularizer_gives_the_plain_step():
     x, y = next(batches(1, seed=32))
     drift = np.random.default_rng(33).normal(0.0, 2.0, model.memory.edge_logits.shape).astype(np.float32)
     model.memory.edge_logits.assign_add(drift)  # stored edges the current ones have moved away from
-    cfg = model.method_config
     results = []
     for fused in (True, False):
-        cfg.fuse_regularizer = fused
+        model.fuse_regularizer = fused
         with tf.GradientTape() as tape:
             out = model.training_forward(x, y)
         results.append((out, tape.gradient(out["loss"], model.trainable_variables)))
@@ -562,7 +562,7 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     step (the seed) moves, and is not part of a checkpoint."""
     config = make_config(test_graph_samples=5)
     config.eval.batch_size = 10
-    model = gcl.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     assert model._test_noise is not None and model._test_noise.shape == (5, 10, 30)
     mask = tf.ones([10], tf.bool)
@@ -588,7 +588,7 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     names = [name for name, _ in tf.train.list_variables(checkpoint.save(str(tmp_path / "ckpt")))]
     assert not any("test_noise" in n for n in names)
     big = make_config(test_graph_samples=30, memory_size=20000, edge_memory="embeddings")  # 30x500x20000 floats
-    assert gcl.Method(big, (8, 8, 1), 10)._test_noise is None
+    assert methods.build(big, (8, 8, 1), 10)._test_noise is None
 
 
 @pytest.mark.slow
@@ -635,7 +635,7 @@ def test_prediction_is_the_mean_of_the_per_sample_distributions():
     values = model.context_values(l_c, model.memory.labels, model.memory.filled())
     logits_e = gcl.edge_logits(u_t, u_c, model.kernel_log_scale)
     noise = gcl.logistic_noise(tf.concat([[4], tf.shape(logits_e)], 0), seed)
-    temperature = model.method_config.test_temperature
+    temperature = model.test_temperature
     probs = [tf.nn.softmax(model.classify(gcl.relaxed_bernoulli(logits_e, temperature, noise[s]), values)).numpy()
              for s in range(4)]
     np.testing.assert_allclose(got, np.mean(probs, axis=0), rtol=1e-4, atol=1e-6)

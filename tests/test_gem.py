@@ -10,9 +10,10 @@ import quadprog
 import tensorflow as tf
 from scipy import optimize
 
+from gcl_tf import methods
 from gcl_tf.errors import ConfigError
+from gcl_tf.memory import TaskMemory
 from gcl_tf.methods import gem
-from gcl_tf.methods.common import TaskMemory
 from gcl_tf.train import run
 
 from helpers import digits_config  # noqa: E402
@@ -144,14 +145,14 @@ def test_step_applies_the_projected_gradient():
     """One past task, margin 0: the dual has the closed form v = -g.g0 / (g0.g0 + eps), so the
     applied gradient is g - (g.g0 / (g0.g0 + eps)) g0, almost orthogonal to g0."""
     config = digits_config({"name": "gem", "memory_size": 30, "margin": 0.0})
-    model = gem.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(5)
     x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
     y0 = rng.integers(0, 10, size=10).astype(np.int32)
-    model.on_task_start(0, np.arange(10))
+    model.on_task_begin(0, np.arange(10))
     model.learn(tf.constant(x), tf.constant(y0))
-    model.on_task_start(1, np.arange(10))
+    model.on_task_begin(1, np.arange(10))
     y1 = ((y0 + 3) % 10).astype(np.int32)  # the same images with other labels: a conflict
     variables = model.network.trainable_variables
     g0 = model.memory_gradient(tf.constant(0)).numpy()
@@ -170,11 +171,11 @@ def test_step_applies_the_projected_gradient():
 
 def test_past_gradients_are_the_memory_gradients_of_earlier_tasks_only():
     config = digits_config({"name": "gem", "memory_size": 30})
-    model = gem.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(6)
     for task in range(3):
-        model.on_task_start(task, np.arange(10))
+        model.on_task_begin(task, np.arange(10))
         x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
         model.learn(tf.constant(x), tf.constant(rng.integers(0, 10, size=10).astype(np.int32)))
     G = model.past_gradients(tf.constant(2)).numpy()
@@ -190,13 +191,13 @@ def test_multi_head_losses_only_see_the_task_classes():
         {"name": "gem", "memory_size": 50},
         {"name": "split", "num_tasks": 5, "classes_per_task": 2, "samples_per_task": None, "multi_head": True},
     )
-    model = gem.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(7)
-    model.on_task_start(0, np.array([0, 1]))
+    model.on_task_begin(0, np.array([0, 1]))
     model.learn(tf.constant(rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)),
                 tf.constant(rng.integers(0, 2, size=10).astype(np.int32)))
-    model.on_task_start(1, np.array([2, 3]))
+    model.on_task_begin(1, np.array([2, 3]))
     grads = gem.unflatten(model.memory_gradient(tf.constant(0)), model.network.trainable_variables)
     bias = grads[-1].numpy()  # output layer bias [10]
     assert np.all(bias[2:] == 0) and np.any(bias[:2] != 0)
@@ -221,4 +222,4 @@ def test_multi_head_split_digits(tmp_path):
 
 def test_memory_too_small_for_the_tasks_is_a_config_error():
     with pytest.raises(ConfigError, match="memory_size"):
-        gem.Method(digits_config({"name": "gem", "memory_size": 2}), (8, 8, 1), 10)
+        methods.build(digits_config({"name": "gem", "memory_size": 2}), (8, 8, 1), 10)

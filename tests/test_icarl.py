@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gcl_tf import methods
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import icarl
 from gcl_tf.train import run
@@ -95,11 +96,11 @@ def task_dataset(rng, classes, per_class):
 
 def test_exemplar_sets_are_rebuilt_by_herding_and_reduced_in_order():
     config = digits_config({"memory_size": 12})
-    model = icarl.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(3)
     ds, x, y = task_dataset(rng, [0, 1], 20)
-    model.on_task_start(0, np.array([0, 1]))
+    model.on_task_begin(0, np.array([0, 1]))
     model.on_task_end(0, ds)
     ex = model.exemplars
     sets = ex.set_id.numpy()
@@ -117,7 +118,7 @@ def test_exemplar_sets_are_rebuilt_by_herding_and_reduced_in_order():
     assert ex.has_mean.numpy().tolist() == [True, True] + [False] * 8
     # second task: 4 sets, 3 each; the old sets keep their first 3 (herding priority)
     ds, _, _ = task_dataset(rng, [2, 3], 20)
-    model.on_task_start(1, np.array([2, 3]))
+    model.on_task_begin(1, np.array([2, 3]))
     model.on_task_end(1, ds)
     sets = ex.set_id.numpy()
     assert (sets >= 0).sum() == 12
@@ -131,11 +132,11 @@ def test_exemplar_sets_are_rebuilt_by_herding_and_reduced_in_order():
 
 def test_prediction_is_the_nearest_mean_of_exemplars():
     config = digits_config({"memory_size": 20})
-    model = icarl.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(4)
     ds, x, y = task_dataset(rng, [0, 1], 10)
-    model.on_task_start(0, np.array([0, 1]))
+    model.on_task_begin(0, np.array([0, 1]))
     model.on_task_end(0, ds)
     feats = model.features(x)
     means = model.exemplars.class_means.numpy()[:2]
@@ -148,12 +149,12 @@ def test_prediction_is_the_nearest_mean_of_exemplars():
 
 def test_loss_counts_the_classes_seen_only():
     config = digits_config({"memory_size": 20})
-    model = icarl.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(5)
     x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 2, size=10).astype(np.int32)
-    model.on_task_start(0, np.array([0, 1]))
+    model.on_task_begin(0, np.array([0, 1]))
     logits = model(tf.constant(x)).numpy()[:, :2]
     targets = np.eye(2)[y]
     bce = np.maximum(logits, 0) - logits * targets + np.log1p(np.exp(-np.abs(logits)))
@@ -163,15 +164,15 @@ def test_loss_counts_the_classes_seen_only():
 
 def test_loss_distills_old_classes_from_the_previous_network():
     config = digits_config({"memory_size": 20})
-    model = icarl.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     rng = np.random.default_rng(6)
     ds, _, _ = task_dataset(rng, [0, 1], 10)
-    model.on_task_start(0, np.array([0, 1]))
+    model.on_task_begin(0, np.array([0, 1]))
     model.learn(*next(iter(ds)))
     model.on_task_end(0, ds)
     model.exemplars.set_id.assign(-np.ones(20, np.int32))  # no replay: only the incoming batch
-    model.on_task_start(1, np.array([2, 3]))
+    model.on_task_begin(1, np.array([2, 3]))
     for v in model.network.trainable_variables:  # the network moves away from the previous one
         v.assign_add(0.1 * rng.normal(size=v.shape).astype(np.float32))
     x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
@@ -186,7 +187,7 @@ def test_loss_distills_old_classes_from_the_previous_network():
 
 def test_memory_smaller_than_the_sets_is_a_config_error():
     with pytest.raises(ConfigError, match="memory_size"):
-        icarl.Method(digits_config({"memory_size": 5}), (8, 8, 1), 10)
+        methods.build(digits_config({"memory_size": 5}), (8, 8, 1), 10)
     assert icarl.Method.task_free is False
 
 

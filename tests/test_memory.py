@@ -154,23 +154,23 @@ def test_er_train_step_does_not_retrace_across_steps_or_tasks(make_config, tmp_p
 
     class CountingER(er.Method):
         traces = 0
-        at_task_start = []
+        at_task_begin = []
 
         def train_step(self, data):
             CountingER.traces += 1  # Python runs only while tracing
             return super().train_step(data)
 
-        def on_task_start(self, task_index, classes):
-            CountingER.at_task_start.append(CountingER.traces)
-            super().on_task_start(task_index, classes)
+        def on_task_begin(self, task_index, classes):
+            CountingER.at_task_begin.append(CountingER.traces)
+            super().on_task_begin(task_index, classes)
 
     monkeypatch.setattr(methods, "method_class", lambda name: CountingER)
     config = make_config({"method": {"name": "er", "memory_size": 30},
                           "benchmark": {"num_tasks": 3, "samples_per_task": 60},
                           "train": {"log_every": 2}})
     results = train.run(config, output_dir=str(tmp_path))
-    first_task = CountingER.at_task_start[1]
+    first_task = CountingER.at_task_begin[1]
     assert 1 <= first_task <= 2  # traced when the first task starts ...
-    assert CountingER.at_task_start == [0, first_task, first_task]  # ... and never again
+    assert CountingER.at_task_begin == [0, first_task, first_task]  # ... and never again
     assert CountingER.traces == first_task
     assert results["train_steps"] == 3 * 6

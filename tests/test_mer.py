@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from gcl_tf import config as config_lib
+from gcl_tf import methods
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import mer
 from gcl_tf.train import run
@@ -29,7 +30,7 @@ def make_config(method, batch_size=1, optimizer="sgd"):
 
 def make_model(batch_size=1, **method):
     config = make_config(method, batch_size)
-    model = mer.Method(config, (8, 8, 1), 10)
+    model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
     return model
 
@@ -116,8 +117,16 @@ def test_examples_of_a_batch_are_learned_in_order_and_stored():
 
 
 def test_only_sgd_is_allowed():
+    import keras
+
     with pytest.raises(ConfigError, match="train.optimizer"):
-        mer.Method(make_config({}, optimizer="adam"), (8, 8, 1), 10)
+        make_config({}, optimizer="adam")
+    model = mer.MER(num_classes=10, input_shape=(8, 8, 1))
+    for optimizer in (keras.optimizers.Adam(0.1), keras.optimizers.SGD(0.1, momentum=0.9)):
+        with pytest.raises(ConfigError, match="optimizer: mer uses plain SGD"):
+            model.compile(optimizer=optimizer)
+    model.compile(optimizer=keras.optimizers.SGD(0.05))
+    assert model.learning_rate == pytest.approx(0.05)
 
 
 @pytest.mark.slow

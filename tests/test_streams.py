@@ -106,7 +106,7 @@ def evaluate(model, data, mask, batch_size):
 
 
 def test_evaluation_accuracy_ignores_padding(make_config):
-    model = Bright(make_config(), (3, 2, 1), 3)
+    model = Bright(num_classes=3, input_shape=(3, 2, 1))
     # 7 white images of class 0: all wrong. The 3 padding images are black with label 0: they
     # would be "right" if they counted.
     white = SplitData(np.full((7, 3, 2, 1), 255, np.uint8), np.zeros(7, np.int64))
@@ -118,7 +118,7 @@ def test_evaluation_accuracy_ignores_padding(make_config):
 
 
 def test_evaluation_class_mask_restricts_predictions(make_config):
-    model = Fixed(make_config(), (3, 2, 1), 4)
+    model = Fixed(num_classes=4, input_shape=(3, 2, 1))
     data = SplitData(np.zeros((6, 3, 2, 1), np.uint8), np.full(6, 2, np.int64))
     assert evaluate(model, data, np.ones(4, bool), batch_size=4) == 0.0  # predicts 0
     # Multi-head: only classes 2 and 3 allowed -> predicts 2.

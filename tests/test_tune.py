@@ -313,8 +313,8 @@ def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tm
 # ----------------------------------------------------------------------------- the space
 def test_every_method_has_the_papers_grid_on_its_own_config_keys():
     from gcl_tf import methods
-    from gcl_tf.config import resolve, search_space
-    from gcl_tf.tune import PAPER_GRIDS
+    from gcl_tf.config import resolve
+    from gcl_tf.tune import PAPER_GRIDS, search_space
 
     for name in methods.names():
         config = resolve({"method": {"name": name}})
@@ -370,12 +370,12 @@ def test_the_default_space_is_the_methods_paper_grid():
     ({}, "grid", ["tune.space: expected a non-empty mapping"]),
 ])
 def test_space_errors_are_one_line(space, tuner, expected):
-    from gcl_tf.config import resolve
     from gcl_tf.errors import ConfigError
+    from gcl_tf.tune import Search
 
     raw = dict(TINY, tune={"space": space, "tuner": tuner})
     with pytest.raises(ConfigError) as info:
-        resolve(raw)
+        Search(raw)
     message = str(info.value)
     assert "\n" not in message
     for part in expected:

@@ -238,7 +238,7 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
                   "learning_rate": 0.001 if method == "gcl" else 0.1,
                   "steps_per_execution": steps_per_execution},
     })
-    model = methods.method_class(method)(config, input_shape, 10)
+    model = methods.build(config, input_shape, 10)
     model.compile_for_training(config.train)
     return model
 

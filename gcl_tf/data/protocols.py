@@ -81,13 +81,14 @@ class Task:
 class ContinualBenchmark:
     """A sequence of tasks built from a source, following one protocol.
 
-    ``load_test=False`` never reads the source's test split (tuning on validation data).
+    ``load_test=False`` never reads the source's test split (tuning on validation data);
+    ``source``: the images (default: the source ``config`` names).
     """
 
-    def __init__(self, config, seed: int, load_test: bool = True):
+    def __init__(self, config, seed: int, load_test: bool = True, source=None):
         self.config = config
         self.seed = seed
-        self.source = make_source(config)
+        self.source = make_source(config) if source is None else source
         train = self.source.load("train")
         test = self.source.load("test") if load_test else None
         self.num_classes = self.source.num_classes

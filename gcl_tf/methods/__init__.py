@@ -1,13 +1,16 @@
-"""Continual-learning methods: one file each, registered by name.
+"""Continual-learning methods: one module each, registered by name.
 
-Each module defines ``Config`` (a dataclass subclassing :class:`gcl_tf.config.MethodConfig`
-with the method's keys and the paper's defaults) and ``Method`` (a
-:class:`gcl_tf.methods.base.ContinualModel`). Modules are imported on first use.
+Each module defines ``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig`
+with the method's keys, their ranges and the paper's defaults) and ``Method``, its
+:class:`gcl_tf.methods.base.ContinualModel` (also under its own name: ``GCL``, ``ER``, ...),
+whose constructor takes those keys as keywords. Modules are imported on first use.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import inspect
 
 _MODULES = {
     "finetune": "gcl_tf.methods.finetune",
@@ -36,3 +39,29 @@ def config_class(name: str):
 
 def method_class(name: str):
     return module(name).Method
+
+
+def build(config, input_shape, num_classes: int):
+    """The method a run's config describes: its ``method`` keys as keywords, the backbone from
+    ``model``, and from the other sections what the method's constructor takes (the seed, the
+    batch sizes, the stream's tasks)."""
+    from gcl_tf.backbones import build_backbone
+
+    cls = method_class(config.method.name)
+    keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
+    b = config.benchmark
+    run = {
+        "backbone": build_backbone(config.model, input_shape),
+        "input_shape": tuple(input_shape),
+        "num_classes": num_classes,
+        "name": config.method.name,
+        "seed": config.seed,
+        "batch_size": config.train.batch_size,
+        "eval_batch_size": config.eval.batch_size,
+        "hidden_size": config.model.hidden_size,
+        "num_tasks": b.num_tasks,
+        "classes_per_task": b.classes_per_task if b.name == "split" else None,
+        "multi_head": b.multi_head,
+    }
+    accepted = inspect.signature(cls.__init__).parameters
+    return cls(**keys, **{key: value for key, value in run.items() if key in accepted})

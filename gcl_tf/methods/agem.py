@@ -19,25 +19,26 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig, _range
-from gcl_tf.memory import SALT_REPLAY, sample_without_replacement, step_seed
+from gcl_tf.backbones import classifier
+from gcl_tf.memory import (
+    SALT_REPLAY,
+    TaskMemory,
+    per_task_memory,
+    sample_without_replacement,
+    step_seed,
+)
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import (
     TaskClasses,
-    TaskMemory,
     flatten,
-    per_task_memory,
-    require_task_boundaries,
     unflatten,
 )
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass
-class Config(MethodConfig):
+class Config(MemoryMethodConfig):
     name: str = "agem"
-    # Total episodic memory, split evenly across tasks (memory_size // benchmark.num_tasks each).
-    memory_size: int = field(default=1000, metadata=_range(1))
     # Memory samples behind the reference gradient (the original's eps_mem_batch, 256).
     agem_batch_size: int = field(default=256, metadata=_range(1))
 
@@ -61,26 +62,34 @@ def agem_project(g, g_ref):
 # ----------------------------------------------------------------------------- method
 
 
-class Method(ContinualModel):
+class AGEM(ContinualModel):
+    """A-GEM. ``num_tasks``: tasks in the stream (the memory is split evenly across them);
+    ``memory_size``: samples in memory over all tasks; ``agem_batch_size``: memory samples behind
+    the reference gradient; ``multi_head``: each loss sees only its task's classes. See
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
     task_free = False
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        require_task_boundaries(config, "agem")
-        T = int(config.benchmark.num_tasks)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, memory_size=1000, agem_batch_size=256,
+                 multi_head=False, input_shape=None, seed=0, batch_size=None,
+                 eval_batch_size=None, name="agem"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(Config, memory_size=memory_size, agem_batch_size=agem_batch_size)
+        T = int(num_tasks)
         self.num_tasks = T
-        self.network = build_classifier(config.model, input_shape, num_classes)
-        self.task_classes = TaskClasses(T, num_classes, config.benchmark.multi_head)
-        self.memory = TaskMemory(T, per_task_memory(config.method.memory_size, T, "agem"), input_shape)
+        self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
+        self.task_classes = TaskClasses(T, self.num_classes, multi_head)
+        self.memory = TaskMemory(T, per_task_memory(memory_size, T, "agem"), self.image_shape)
         # The memory of past tasks never exceeds (T - 1) * n samples.
         past_capacity = max(1, (T - 1) * self.memory.per_task)
-        self.reference_size = min(int(config.method.agem_batch_size), past_capacity)
+        self.reference_size = min(int(agem_batch_size), past_capacity)
 
     def call(self, x, training=False):
         return self.network(x, training=training)
 
-    def on_task_start(self, task_index, classes):
-        super().on_task_start(task_index, classes)
+    def on_task_begin(self, task_index, classes):
+        super().on_task_begin(task_index, classes)
         self.task_classes.set_task(task_index, classes)
 
     def reference_gradient(self, task):
@@ -110,3 +119,6 @@ class Method(ContinualModel):
         self.optimizer.apply(unflatten(g, variables), variables)
         self.memory.add(task, x, y)
         return {"loss": loss, "projected": tf.cast(dot < 0, tf.float32)}
+
+
+Method = AGEM

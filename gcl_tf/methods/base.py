@@ -5,20 +5,31 @@ A method implements
   the scalar loss terms to log;
 - ``predict_log_probs(x, class_mask) -> [N, K]``: class log-probabilities restricted to the
   classes allowed by ``class_mask`` ([N, K] or [K] bool);
-and, when it needs task boundaries (``task_free = False``), ``on_task_start`` / ``on_task_end``,
-which the driver calls through callbacks. ``fit``, ``evaluate``, callbacks and TensorBoard keep
-working as in any Keras model. Evaluation loops run inside ``with model.evaluation_scope():``, a
+and, when it needs task boundaries (``task_free = False``), ``on_task_begin`` / ``on_task_end``.
+``fit``, ``evaluate``, ``predict``, callbacks and TensorBoard work as in any Keras model: each
+``fit`` call is one task (a :class:`gcl_tf.callbacks.TaskBoundary` callback calls the task hooks;
+``fit`` adds one when none is given). Evaluation runs inside ``with model.evaluation_scope():``, a
 span in which the model's state does not change, so that a method may compute what depends only
-on that state once for all test batches (``begin_evaluation`` / ``end_evaluation``).
+on that state once for all test batches (``on_evaluation_begin`` / ``on_evaluation_end``).
+
+Constructors take the method's own keywords (the paper's defaults) and these common ones:
+``backbone`` (a ``keras.Model`` from images ``[N, H, W, C]`` to features ``[N, D]``; None: a
+two-layer MLP of 256 units), ``num_classes``, ``input_shape`` (an image's shape; None: the
+backbone's declared input), ``seed`` (the method's randomness: memory sampling, graph noise),
+``batch_size`` (the training batch; None: the first batch's size; ``fit`` cuts a stream into
+batches of it, a last partial batch dropped, so that the compiled step keeps one shape),
+``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size).
 """
 from __future__ import annotations
 
 import contextlib
+from typing import Optional
 
 import keras
 import tensorflow as tf
 
 from gcl_tf.data.streams import to_float
+from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 
 NEG_INF = -1e9
@@ -30,6 +41,21 @@ def make_optimizer(train_config) -> keras.optimizers.Optimizer:
     if train_config.optimizer == "adam":
         return keras.optimizers.Adam(learning_rate=train_config.learning_rate)
     raise ValueError(f"unknown optimizer {train_config.optimizer!r}")
+
+
+def infer_input_shape(input_shape, backbone, method: str) -> tuple:
+    """An image's shape: ``input_shape``, else the input the backbone declares."""
+    if input_shape is None and backbone is not None:
+        try:
+            input_shape = tuple(backbone.input_shape)[1:]
+        except (AttributeError, ValueError, TypeError):
+            input_shape = None
+        if input_shape is not None and any(d is None for d in input_shape):
+            input_shape = None
+    if input_shape is None:
+        raise ConfigError(f"input_shape: {method} needs the shape of an image (its backbone declares none); "
+                          "allowed: a tuple such as input_shape=(28, 28, 1)")
+    return tuple(int(d) for d in input_shape)
 
 
 def mask_logits(logits, class_mask):
@@ -59,13 +85,16 @@ class ContinualModel(keras.Model):
     #: True for methods whose step runs under a tf.distribute strategy (train.distribute).
     supports_distribution = False
 
-    def __init__(self, config, input_shape, num_classes: int, **kwargs):
-        super().__init__(name=config.method.name, **kwargs)
-        self.config = config
-        self.method_config = config.method
-        self.image_shape = tuple(int(d) for d in input_shape)
+    def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
+                 batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, name: Optional[str] = None):
+        super().__init__(name=name or type(self).__name__.lower())
+        self.image_shape = infer_input_shape(input_shape, backbone, self.name)
         self.num_classes = int(num_classes)
-        self.seed = int(config.seed)
+        self.seed = int(seed)
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.eval_batch_size = None if eval_batch_size is None else int(eval_batch_size)
+        self._evaluation_depth = 0
+        self._last_task = None  # the last task begun, for fit's own task boundaries
         # Counts training steps; keys the stateless randomness of every step.
         self.step_counter = state_variable(tf.constant(0, tf.int64), "step_counter")
         self.current_task = state_variable(tf.constant(0, tf.int32), "current_task")
@@ -76,6 +105,25 @@ class ContinualModel(keras.Model):
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 
+    def check_settings(self, config_class, **values):
+        """The method's own keywords checked against its ``Config`` dataclass (types, ranges,
+        cross-key rules): a ConfigError names the keyword and what is allowed."""
+        from gcl_tf.schema import build_dataclass
+
+        settings = build_dataclass(config_class, values, type(self).__name__)
+        check = getattr(settings, "check_settings", None)
+        if check is not None:
+            check(type(self).__name__)
+        return settings
+
+    def default_backbone(self, backbone):
+        """``backbone``, or the default MLP (two ReLU layers of 256 units) on the input shape."""
+        if backbone is not None:
+            return backbone
+        from gcl_tf.backbones import mlp
+
+        return mlp(self.image_shape, 256)
+
     # ------------------------------------------------------------------ to implement
     def learn(self, x, y) -> dict:
         raise NotImplementedError
@@ -85,16 +133,18 @@ class ContinualModel(keras.Model):
         logits = self(x, training=False)
         return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
 
-    def on_task_start(self, task_index: int, classes) -> None:
+    def on_task_begin(self, task_index: int, classes) -> None:
+        """Called before a task's first step; ``classes`` are the labels of its samples."""
         self.current_task.assign(task_index)
+        self._last_task = int(task_index)
 
     def on_task_end(self, task_index: int, dataset) -> None:
         """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
 
-    def begin_evaluation(self) -> None:
+    def on_evaluation_begin(self) -> None:
         """Entering an evaluation span (see :meth:`evaluation_scope`); default: nothing."""
 
-    def end_evaluation(self) -> None:
+    def on_evaluation_end(self) -> None:
         """Leaving an evaluation span; default: nothing."""
 
     @contextlib.contextmanager
@@ -102,12 +152,71 @@ class ContinualModel(keras.Model):
         """A span of predictions during which the model's weights and memory do not change (no
         training step, no restore in between): a method may then compute what depends only on
         them once, at the first test batch, and reuse it (GCL: the memory's embeddings). Outside
-        a scope every prediction computes everything afresh."""
-        self.begin_evaluation()
+        a scope every prediction computes everything afresh. Scopes nest: only the outermost
+        one calls the hooks."""
+        self._evaluation_depth += 1
+        if self._evaluation_depth == 1:
+            self.on_evaluation_begin()
         try:
             yield self
         finally:
-            self.end_evaluation()
+            self._evaluation_depth -= 1
+            if self._evaluation_depth == 0:
+                self.on_evaluation_end()
+
+    # ------------------------------------------------------------------ Keras entry points
+    def fit(self, x=None, y=None, batch_size=None, callbacks=None, shuffle=False, **kwargs):
+        """``keras.Model.fit`` on one task's stream, in stream order.
+
+        ``x``: a ``tf.data.Dataset`` of ``(images, labels)`` batches (uint8 or float images), or
+        arrays ``x, y``. The stream is cut into batches of ``batch_size`` (default: the model's,
+        else the first batch's size), a last partial batch dropped: the compiled step keeps one
+        shape. Each call is one task: unless ``callbacks`` hold a
+        :class:`gcl_tf.callbacks.TaskBoundary`, one is added for the next task (index: one more
+        than the last task begun) whose classes, where the method needs them, are read from
+        the stream.
+        """
+        from gcl_tf.callbacks import TaskBoundary
+
+        x = self.training_stream(x, y, batch_size)
+        callbacks = list(callbacks or [])
+        if not any(isinstance(c, TaskBoundary) for c in callbacks):
+            index = 0 if self._last_task is None else self._last_task + 1
+            callbacks.insert(0, TaskBoundary(index, x))
+        return super().fit(x, callbacks=callbacks, shuffle=shuffle, **kwargs)
+
+    def training_stream(self, x, y=None, batch_size=None):
+        """``x`` (and ``y``) as a dataset of batches of one static size (see :meth:`fit`)."""
+        if not isinstance(x, tf.data.Dataset):
+            if y is None:  # a distributed dataset, a generator: as Keras takes it
+                return x
+            size = batch_size or self.batch_size or 32
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(size, drop_remainder=True)
+        size = batch_size or self.batch_size
+        spec = x.element_spec
+        static = spec[0].shape[0] if isinstance(spec, tuple) else None
+        if size is None and static is None:
+            size = int(next(iter(x))[0].shape[0])
+        if size is None or static == size:
+            return x
+        stream = x.rebatch(size, drop_remainder=True)
+        if x.cardinality() >= 0:  # a finite stream: count its batches, so that Keras knows the epoch's end
+            samples = x.map(lambda *batch: tf.shape(batch[1], out_type=tf.int64)[0]).reduce(
+                tf.constant(0, tf.int64), lambda total, n: total + n)
+            stream = stream.apply(tf.data.experimental.assert_cardinality(int(samples) // size))
+        return stream
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        """``keras.Model.evaluate`` inside an :meth:`evaluation_scope`. Batches are ``(images,
+        labels)`` or ``(images, labels, class_mask, weight)``; ``accuracy`` is the metric."""
+        self.prepare_evaluation(x)
+        with self.evaluation_scope():
+            return super().evaluate(x, y, *args, **kwargs)
+
+    def prepare_evaluation(self, x) -> None:
+        """Before an evaluation of ``x``: set ``eval_batch_size`` from its first batch if unset."""
+        if self.eval_batch_size is None and isinstance(x, tf.data.Dataset):
+            self.eval_batch_size = int(next(iter(x))[0].shape[0])
 
     # ------------------------------------------------------------------ Keras plumbing
     @property
@@ -118,14 +227,20 @@ class ContinualModel(keras.Model):
     def check_replicas(cls, config, replicas: int) -> None:
         """Raise a ConfigError if the method's own batch sizes do not split over ``replicas``."""
 
+    def compile(self, optimizer="rmsprop", *, jit_compile=False, **kwargs):
+        """``keras.Model.compile`` (the method computes its own losses: no ``loss``), then build
+        the optimizer's slots, so that the training step traces once. ``jit_compile`` defaults to
+        False (XLA measured slower on CPU for these steps)."""
+        super().compile(optimizer=optimizer, jit_compile=jit_compile, **kwargs)
+        self.optimizer.build(self.trainable_variables)
+
     def compile_for_training(self, train_config) -> None:
-        """Compile with the configured optimizer and build its slots (so the step traces once)."""
+        """Compile with the configured optimizer (the config's ``train`` section)."""
         self.compile(
             optimizer=make_optimizer(train_config),
             jit_compile=train_config.jit_compile,
             steps_per_execution=train_config.steps_per_execution,
         )
-        self.optimizer.build(self.trainable_variables)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         """Skip Keras's symbolic build: every variable of a method exists after construction and
@@ -133,20 +248,23 @@ class ContinualModel(keras.Model):
         the replicas to build with it, a collective that fails in eager mode under
         MultiWorkerMirroredStrategy."""
 
-    def _static_batch(self, tensors, global_batch: int):
+    def _static_batch(self, tensors, global_batch: Optional[int]):
         """Give the batch dimension its static size where a distributed input lost it (each
         replica gets ``global_batch / R`` samples): fixed shapes keep the step from retracing."""
         from gcl_tf.distribute import num_replicas
 
-        if tensors[0].shape[0] is not None:
+        if tensors[0].shape[0] is not None or global_batch is None or not tf.distribute.has_strategy():
             return tensors
         local = global_batch // num_replicas()
         return [tf.ensure_shape(t, [local] + t.shape[1:].as_list()) for t in tensors]
 
     def train_step(self, data):
-        x, y = self._static_batch(list(data[:2]), self.config.train.batch_size)
-        logs = self.learn(to_float(x), tf.cast(y, tf.int32))
-        self.step_counter.assign_add(1)
+        x, y = self._static_batch(list(data[:2]), self.batch_size)
+        logs = self.learn(to_float(x), tf.reshape(tf.cast(y, tf.int32), [-1]))
+        # After the step's data arrived: a call past a stream's end (Keras's end of an epoch of
+        # unknown length) fails at the input and must not count a step.
+        with tf.control_dependencies(list(logs.values())):
+            self.step_counter.assign_add(1)
         self.record_nonfinite(logs)
         return _for_keras_reduction(logs)
 
@@ -160,14 +278,18 @@ class ContinualModel(keras.Model):
         first.assign(tf.where(tf.logical_and(tf.equal(first, 0), tf.logical_not(finite)), self.step_counter, first))
 
     def test_step(self, data):
-        x, y, class_mask, weight = self._static_batch(list(data), self.config.eval.batch_size)
+        data = self._static_batch(list(data), self.eval_batch_size)
+        if len(data) == 2:  # (images, labels): every class allowed, every sample counted
+            data += [tf.ones([self.num_classes], tf.bool), tf.ones(tf.shape(data[0])[:1])]
+        x, y, class_mask, weight = data
         log_probs = self.predict_log_probs(to_float(x), class_mask)  # [N, K]
-        y = tf.cast(y, tf.int32)
+        y = tf.reshape(tf.cast(y, tf.int32), [-1])
         correct = tf.cast(tf.equal(tf.argmax(log_probs, axis=-1, output_type=tf.int32), y), tf.float32)
         nll = -tf.gather(log_probs, y, axis=1, batch_dims=1)
         self.accuracy_tracker.update_state(correct, sample_weight=weight)
         self.eval_loss_tracker.update_state(nll, sample_weight=weight)
-        return _for_keras_reduction({"accuracy": self.accuracy_tracker.result(), "loss": self.eval_loss_tracker.result()})
+        return _for_keras_reduction({"accuracy": self.accuracy_tracker.result(),
+                                     "loss": self.eval_loss_tracker.result()})
 
     def predict_step(self, data):
         x = to_float(data[0] if isinstance(data, (tuple, list)) else data)
@@ -220,7 +342,7 @@ class ContinualModel(keras.Model):
             labels.append(data.labels[:per_task])
             task_ids.append(np.full(len(labels[-1]), task.index))
         images = np.concatenate(images)[:num_images]
-        chunk = max(1, int(self.config.eval.batch_size))
+        chunk = self.eval_batch_size or 500
         features = [self.penultimate(to_float(images[i:i + chunk])) for i in range(0, len(images), chunk)]
         if features and features[0] is not None:
             out["embeddings"] = np.concatenate([np.asarray(f, np.float32) for f in features])

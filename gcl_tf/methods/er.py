@@ -8,30 +8,40 @@ from typing import Optional
 
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig, _range
+from gcl_tf.backbones import classifier
 from gcl_tf.distribute import all_sum, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass
-class Config(MethodConfig):
+class Config(MemoryMethodConfig):
     name: str = "er"
-    memory_size: int = field(default=1000, metadata=_range(1))
     # Samples replayed from memory per step (null: the training batch size).
     replay_batch_size: Optional[int] = field(default=None, metadata=_range(1))
 
 
-class Method(ContinualModel):
+class ER(ContinualModel):
+    """Experience replay. ``memory_size``: samples in the reservoir memory; ``replay_batch_size``:
+    memory samples replayed per step (None: the training batch size). See
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
     supports_distribution = True
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        self.network = build_classifier(config.model, input_shape, num_classes)
-        self.memory = ReservoirMemory(config.method.memory_size, input_shape, seed=config.seed)
-        replay = config.method.replay_batch_size or config.train.batch_size
-        self.replay_batch_size = min(replay, config.method.memory_size)
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, input_shape=None,
+                 seed=0, batch_size=None, eval_batch_size=None, name="er"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size)
+        self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
+        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
+        self.memory_size = int(memory_size)
+        self._replay_batch_size = replay_batch_size
+
+    def replay_size(self, batch: int) -> int:
+        """Samples replayed with a (global) batch of ``batch``."""
+        return min(self._replay_batch_size or self.batch_size or batch, self.memory_size)
 
     @classmethod
     def check_replicas(cls, config, replicas):
@@ -48,11 +58,12 @@ class Method(ContinualModel):
     def learn(self, x, y):
         batch = x.shape[0]
         replicas = num_replicas()
+        replay = self.replay_size(batch * replicas)
         # Collectives must run in the same order on every replica: chain them by dependencies.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
-        mem_x, mem_y, ok = self.memory.sample(self.replay_batch_size, self.step_counter)
+        mem_x, mem_y, ok = self.memory.sample(replay, self.step_counter)
         if replicas > 1:  # each replica replays its slice of the global replay batch
-            share = self.replay_batch_size // replicas
+            share = replay // replicas
             rows = replica_id() * share + tf.range(share)
             mem_x, mem_y, ok = tf.gather(mem_x, rows), tf.gather(mem_y, rows), tf.gather(ok, rows)
         inputs = tf.concat([x, mem_x], axis=0)
@@ -67,3 +78,6 @@ class Method(ContinualModel):
         self.memory.add(stream_x, stream_y)
         # Keras averages the logs over replicas: report this replica's weighted mean loss.
         return {"loss": tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)}
+
+
+Method = ER

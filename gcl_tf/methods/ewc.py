@@ -29,10 +29,10 @@ from typing import Literal
 
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig, _range
+from gcl_tf.backbones import classifier
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
-from gcl_tf.methods.common import TaskClasses, collect_dataset, require_task_boundaries
+from gcl_tf.methods.common import TaskClasses, collect_dataset
+from gcl_tf.schema import MethodConfig, _range
 
 
 @dataclass
@@ -140,25 +140,33 @@ class EWCState(tf.Module):
 # ----------------------------------------------------------------------------- method
 
 
-class Method(ContinualModel):
+class EWC(ContinualModel):
+    """EWC. ``num_tasks``: tasks in the stream; ``ewc_lambda``: penalty strength;
+    ``fisher_samples``: samples of each finished task behind its Fisher; ``fisher``:
+    ``"squared_mean"`` (GEM's code) or ``"empirical"``; ``multi_head``: each loss sees only its
+    task's classes. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
     task_free = False
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        require_task_boundaries(config, "ewc")
-        self.network = build_classifier(config.model, input_shape, num_classes)
-        self.ewc_lambda = float(config.method.ewc_lambda)
-        self.fisher_samples = int(config.method.fisher_samples)
-        self.fisher_kind = config.method.fisher
-        self.task_classes = TaskClasses(config.benchmark.num_tasks, num_classes, config.benchmark.multi_head)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, ewc_lambda=10.0, fisher_samples=50,
+                 fisher="squared_mean", multi_head=False, input_shape=None, seed=0, batch_size=None,
+                 eval_batch_size=None, name="ewc"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(Config, ewc_lambda=ewc_lambda, fisher_samples=fisher_samples, fisher=fisher)
+        self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
+        self.ewc_lambda = float(ewc_lambda)
+        self.fisher_samples = int(fisher_samples)
+        self.fisher_kind = fisher
+        self.task_classes = TaskClasses(num_tasks, self.num_classes, multi_head)
         self.ewc = EWCState(self.network.trainable_variables)
         self._consolidate_fn = tf.function(self._consolidate, reduce_retracing=True)
 
     def call(self, x, training=False):
         return self.network(x, training=training)
 
-    def on_task_start(self, task_index, classes):
-        super().on_task_start(task_index, classes)
+    def on_task_begin(self, task_index, classes):
+        super().on_task_begin(task_index, classes)
         self.task_classes.set_task(task_index, classes)
 
     def learn(self, x, y):
@@ -190,3 +198,6 @@ class Method(ContinualModel):
         if x is None:
             return
         self._consolidate_fn(tf.constant(x, tf.float32), tf.constant(y, tf.int32), tf.constant(task_index, tf.int32))
+
+
+Method = EWC

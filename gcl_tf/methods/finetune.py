@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig
+from gcl_tf.backbones import classifier
 from gcl_tf.distribute import num_replicas
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.schema import MethodConfig
 
 
 @dataclass
@@ -16,12 +16,16 @@ class Config(MethodConfig):
     name: str = "finetune"
 
 
-class Method(ContinualModel):
+class Finetune(ContinualModel):
+    """Plain online training; the common keywords only (see :class:`~gcl_tf.methods.base.ContinualModel`)."""
+
     supports_distribution = True
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        self.network = build_classifier(config.model, input_shape, num_classes)
+    def __init__(self, backbone=None, *, num_classes, input_shape=None, seed=0, batch_size=None,
+                 eval_batch_size=None, name="finetune"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
 
     def call(self, x, training=False):
         return self.network(x, training=training)
@@ -32,3 +36,6 @@ class Method(ContinualModel):
             replica_loss = loss / num_replicas()  # gradients are summed over replicas
         self.apply_gradients(tape, replica_loss)
         return {"loss": loss}
+
+
+Method = Finetune

@@ -23,28 +23,24 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig, _range
+from gcl_tf.backbones import classifier
+from gcl_tf.memory import TaskMemory, per_task_memory
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import (
     TaskClasses,
-    TaskMemory,
     flatten,
     num_elements,
-    per_task_memory,
-    require_task_boundaries,
     unflatten,
 )
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 #: Ridge added to the QP's Gram matrix, as in the GEM repository's ``project2cone2``.
 GEM_EPS = 1e-3
 
 
 @dataclass
-class Config(MethodConfig):
+class Config(MemoryMethodConfig):
     name: str = "gem"
-    # Total episodic memory, split evenly across tasks (memory_size // benchmark.num_tasks each).
-    memory_size: int = field(default=1000, metadata=_range(1))
     # GEM's memory strength (the GCL paper's best: 0.5 on MNIST variants, 1.0 elsewhere).
     margin: float = field(default=0.5, metadata=_range(0.0))
 
@@ -91,7 +87,8 @@ def nonnegative_qp(Q, c, max_iterations=None):
                 return s, passive
 
             def step_back():
-                ratio = tf.where(bad, u / tf.where(bad, u - s, tf.ones_like(u)), tf.fill([n], tf.cast(float("inf"), dtype)))
+                infinite = tf.fill([n], tf.cast(float("inf"), dtype))
+                ratio = tf.where(bad, u / tf.where(bad, u - s, tf.ones_like(u)), infinite)
                 alpha = tf.reduce_min(ratio)
                 u_new = u + alpha * (s - u)
                 keep = tf.logical_and(passive, u_new > tol)
@@ -158,25 +155,33 @@ def gem_project(g, G, valid, margin, eps=GEM_EPS):
 # ----------------------------------------------------------------------------- method
 
 
-class Method(ContinualModel):
+class GEM(ContinualModel):
+    """GEM. ``num_tasks``: tasks in the stream (the memory is split evenly across them);
+    ``memory_size``: samples in memory over all tasks; ``margin``: the memory strength;
+    ``multi_head``: each loss sees only its task's classes. See
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
     task_free = False
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        require_task_boundaries(config, "gem")
-        T = int(config.benchmark.num_tasks)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, memory_size=1000, margin=0.5, multi_head=False,
+                 input_shape=None, seed=0, batch_size=None,
+                 eval_batch_size=None, name="gem"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(Config, memory_size=memory_size, margin=margin)
+        T = int(num_tasks)
         self.num_tasks = T
-        self.network = build_classifier(config.model, input_shape, num_classes)
-        self.margin = float(config.method.margin)
-        self.task_classes = TaskClasses(T, num_classes, config.benchmark.multi_head)
-        self.memory = TaskMemory(T, per_task_memory(config.method.memory_size, T, "gem"), input_shape)
+        self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
+        self.margin = float(margin)
+        self.task_classes = TaskClasses(T, self.num_classes, multi_head)
+        self.memory = TaskMemory(T, per_task_memory(memory_size, T, "gem"), self.image_shape)
         self.num_parameters = num_elements(self.network.trainable_variables)
 
     def call(self, x, training=False):
         return self.network(x, training=training)
 
-    def on_task_start(self, task_index, classes):
-        super().on_task_start(task_index, classes)
+    def on_task_begin(self, task_index, classes):
+        super().on_task_begin(task_index, classes)
         self.task_classes.set_task(task_index, classes)
 
     def task_loss(self, x, y, task, weights=None):
@@ -221,3 +226,6 @@ class Method(ContinualModel):
         g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.margin), lambda: g)
         self.optimizer.apply(unflatten(g, variables), variables)
         return {"loss": loss, "violations": tf.reduce_sum(tf.cast(violated, tf.float32))}
+
+
+Method = GEM

@@ -31,21 +31,31 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig, _range
+from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
-from gcl_tf.memory import SALT_REPLAY, sample_without_replacement, step_seed
+from gcl_tf.memory import (
+    SALT_REPLAY,
+    ExemplarMemory,
+    sample_without_replacement,
+    step_seed,
+)
 from gcl_tf.methods.base import NEG_INF, ContinualModel
-from gcl_tf.methods.common import collect_dataset, require_task_boundaries
+from gcl_tf.methods.common import collect_dataset
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass
-class Config(MethodConfig):
-    name: str = "icarl"
-    # Total number of exemplars, split evenly across the exemplar sets seen so far.
-    memory_size: int = field(default=1000, metadata=_range(1))
+class Config(MemoryMethodConfig):
+    name: str = "icarl"  # memory_size: exemplars, split evenly across the exemplar sets seen so far
     # Exemplars replayed with each incoming batch (null: the training batch size).
     replay_batch_size: Optional[int] = field(default=None, metadata=_range(1))
+
+
+def check_exemplar_sets(memory_size: int, sets: int, key: str = "method.memory_size") -> None:
+    """A ConfigError unless every one of ``sets`` exemplar sets gets an exemplar."""
+    if memory_size < sets:
+        raise ConfigError(f"{key}: {memory_size} leaves icarl no exemplar for some of its {sets} exemplar sets; "
+                          f"allowed: at least {sets}")
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -113,30 +123,6 @@ def icarl_targets(labels, old_logits, current_mask, old_mask, num_classes):
     return tf.where(current_mask[None, :], onehot, tf.where(old_only[None, :], distill, tf.zeros_like(onehot)))
 
 
-# ----------------------------------------------------------------------------- state
-
-
-class ExemplarMemory(tf.Module):
-    """Exemplars in tf.Variables: images, labels, set id (task * K + class), rank within the set."""
-
-    def __init__(self, capacity: int, image_shape, num_classes: int, feature_dim: int, name: str = "exemplars"):
-        super().__init__(name=name)
-        self.capacity = int(capacity)
-        self.image_shape = tuple(int(d) for d in image_shape)
-        with self.name_scope:
-            self.images = tf.Variable(tf.zeros((self.capacity,) + self.image_shape), trainable=False, name="images")
-            self.labels = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="labels")
-            self.set_id = tf.Variable(tf.fill([self.capacity], -1), trainable=False, name="set_id")
-            self.rank = tf.Variable(tf.zeros([self.capacity], tf.int32), trainable=False, name="rank")
-            self.class_means = tf.Variable(tf.zeros([num_classes, feature_dim]), trainable=False, name="class_means")
-            self.has_mean = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="has_mean")
-            self.old_classes = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="old_classes")
-            self.current_classes = tf.Variable(tf.zeros([num_classes], tf.bool), trainable=False, name="current_classes")
-
-    def valid(self):
-        return self.set_id >= 0
-
-
 # ----------------------------------------------------------------------------- method
 
 
@@ -144,28 +130,33 @@ def _backbone_of(network: keras.Model) -> keras.Model:
     return next(layer for layer in network.layers if isinstance(layer, keras.Model))
 
 
-class Method(ContinualModel):
+class ICaRL(ContinualModel):
+    """iCaRL. ``memory_size``: exemplars over all exemplar sets (a set per class of each task);
+    ``replay_batch_size``: exemplars replayed with each batch (None: the training batch size);
+    ``num_tasks``, ``classes_per_task`` (None: all classes): the stream's, if known, to check
+    ``memory_size`` at once (else at each task's end). See
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords; the previous network
+    is a clone of ``backbone``."""
+
     task_free = False
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        require_task_boundaries(config, "icarl")
-        b = config.benchmark
-        sets = b.num_tasks * (b.classes_per_task if b.name == "split" else num_classes)
-        if config.method.memory_size < sets:
-            raise ConfigError(
-                f"method.memory_size: {config.method.memory_size} leaves icarl no exemplar for some of its "
-                f"{sets} exemplar sets; allowed: at least {sets}"
-            )
-        self.network = build_classifier(config.model, input_shape, num_classes)
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, num_tasks=None,
+                 classes_per_task=None, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="icarl"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size)
+        if num_tasks is not None:
+            check_exemplar_sets(memory_size, num_tasks * (classes_per_task or self.num_classes))
+        backbone = self.default_backbone(backbone)
+        self.network = classifier(backbone, self.image_shape, self.num_classes)
         self.feature_extractor = _backbone_of(self.network)
-        self.old_network = build_classifier(config.model, input_shape, num_classes, name="previous_classifier")
+        self.old_network = classifier(keras.models.clone_model(backbone), self.image_shape, self.num_classes,
+                                      name="previous_classifier")
         self.old_network.trainable = False
-        self.memory_size = int(config.method.memory_size)
-        self.replay_batch_size = min(config.method.replay_batch_size or config.train.batch_size, self.memory_size)
-        self.eval_batch_size = int(config.eval.batch_size)
+        self.memory_size = int(memory_size)
+        self._replay_batch_size = replay_batch_size
         feature_dim = int(self.feature_extractor.output_shape[-1])
-        self.exemplars = ExemplarMemory(self.memory_size, input_shape, num_classes, feature_dim)
+        self.exemplars = ExemplarMemory(self.memory_size, self.image_shape, self.num_classes, feature_dim)
         self._features_fn = tf.function(self._features, reduce_retracing=True)
         self._herding_fn = tf.function(herding, reduce_retracing=True)
 
@@ -173,8 +164,8 @@ class Method(ContinualModel):
         return self.network(x, training=training)
 
     # ------------------------------------------------------------------ training
-    def on_task_start(self, task_index, classes):
-        super().on_task_start(task_index, classes)
+    def on_task_begin(self, task_index, classes):
+        super().on_task_begin(task_index, classes)
         mask = np.zeros(self.num_classes, bool)
         mask[np.asarray(classes, dtype=np.int64)] = True
         self.exemplars.current_classes.assign(mask)
@@ -182,7 +173,8 @@ class Method(ContinualModel):
     def learn(self, x, y):
         ex = self.exemplars
         seed = step_seed(self.seed, self.step_counter, SALT_REPLAY)
-        index, ok = sample_without_replacement(ex.valid(), self.replay_batch_size, seed)
+        replay = min(self._replay_batch_size or self.batch_size or int(x.shape[0]), self.memory_size)
+        index, ok = sample_without_replacement(ex.valid(), replay, seed)
         inputs = tf.concat([x, tf.gather(ex.images, index)], axis=0)
         labels = tf.concat([y, tf.gather(ex.labels, index)], axis=0)
         weights = tf.concat([tf.ones(tf.shape(y)), tf.cast(ok, tf.float32)], axis=0)
@@ -211,9 +203,9 @@ class Method(ContinualModel):
 
     def features(self, x: np.ndarray) -> np.ndarray:
         """Normalised features of host images, in batches of the evaluation size."""
-        out = []
-        for start in range(0, len(x), self.eval_batch_size):
-            out.append(self._features_fn(tf.constant(x[start:start + self.eval_batch_size], tf.float32)).numpy())
+        out, chunk = [], self.eval_batch_size or 500
+        for start in range(0, len(x), chunk):
+            out.append(self._features_fn(tf.constant(x[start:start + chunk], tf.float32)).numpy())
         return np.concatenate(out) if out else np.zeros((0, int(self.exemplars.class_means.shape[1])), np.float32)
 
     def on_task_end(self, task_index, dataset):
@@ -224,7 +216,9 @@ class Method(ContinualModel):
         old_images, old_labels = ex.images.numpy(), ex.labels.numpy()
         classes = np.flatnonzero(ex.current_classes.numpy())
         new_sets = [c for c in classes if images is not None and np.any(labels == c)]
-        old_sets = sorted(set(int(s) for s in set_id[set_id >= 0]) - {task_index * self.num_classes + c for c in new_sets})
+        new_ids = {task_index * self.num_classes + c for c in new_sets}
+        old_sets = sorted(set(int(s) for s in set_id[set_id >= 0]) - new_ids)
+        check_exemplar_sets(self.memory_size, len(old_sets) + len(new_sets))
         m = self.memory_size // max(1, len(old_sets) + len(new_sets))
 
         keep = np.flatnonzero((set_id >= 0) & (rank < m) & np.isin(set_id, old_sets))
@@ -273,3 +267,6 @@ class Method(ContinualModel):
         features = self.feature_extractor(x, training=False)
         available = tf.logical_and(tf.cast(class_mask, tf.bool), ex.has_mean)
         return tf.nn.log_softmax(nearest_mean_scores(features, ex.class_means, available), axis=-1)
+
+
+Method = ICaRL

@@ -4,7 +4,7 @@
 Every incoming example is learned on its own, in order. For each of ``batches_per_example``
 batches (the original's ``batches_per_example``, ``s``), a batch is formed by the example and
 ``replay_batch_size`` samples drawn from a reservoir memory; the batch's samples are learned one
-at a time by plain SGD steps (batch size 1, ``train.learning_rate``), and the weights are then
+at a time by plain SGD steps (batch size 1, the SGD optimizer's learning rate), and the weights are then
 pulled back towards their value before the batch (within-batch Reptile meta-update):
 
     theta <- theta_before_batch + beta * (theta_after_batch - theta_before_batch).
@@ -19,7 +19,7 @@ at the end of the step. Memory draws are stateless (seeded by the run seed, the 
 and the batch): distinct samples within a batch (the original may repeat one), and memory slots
 not filled yet are skipped. Task-free.
 
-Only plain SGD is defined (as in the original): ``train.optimizer`` must be ``sgd``. BatchNorm
+Only plain SGD is defined (as in the original): the optimizer must be SGD (``train.optimizer: sgd``). BatchNorm
 with batches of one sample is ill-defined; MER is meant for the MLP (the paper runs it on the
 MNIST variants only).
 """
@@ -27,20 +27,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import keras
 import tensorflow as tf
 
-from gcl_tf.backbones import build_classifier
-from gcl_tf.config import MethodConfig, _range
+from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.schema import MemoryMethodConfig, _range
 
 
 @dataclass
-class Config(MethodConfig):
-    name: str = "mer"
-    # Reservoir memory size (the original's --memories).
-    memory_size: int = field(default=1000, metadata=_range(1))
+class Config(MemoryMethodConfig):
+    name: str = "mer"  # memory_size: the reservoir memory (the original's --memories)
     # Memory samples added to the incoming example in each batch (the original's --replay_batch_size).
     replay_batch_size: int = field(default=10, metadata=_range(1))
     # Batches per incoming example, s (the original's --batches_per_example).
@@ -49,6 +48,13 @@ class Config(MethodConfig):
     beta: float = field(default=0.01, metadata=_range(0.0, lo_open=True))
     # Across-batch meta-learning rate (1.0 in all the original's MER Algorithm 1 runs).
     gamma: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
+
+    def check(self, config):
+        if config.train.optimizer != "sgd":
+            raise ConfigError(
+                f"train.optimizer: mer uses plain SGD steps (MER Algorithm 1), got {config.train.optimizer!r}; "
+                "allowed: sgd"
+            )
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -62,23 +68,37 @@ def reptile_update(before, after, rate):
 # ----------------------------------------------------------------------------- method
 
 
-class Method(ContinualModel):
+class MER(ContinualModel):
+    """MER (Algorithm 1). ``memory_size``: the reservoir memory; ``replay_batch_size``: memory
+    samples with each example; ``batches_per_example``: s; ``beta``, ``gamma``: the within- and
+    across-batch meta-learning rates. Compile it with ``keras.optimizers.SGD``: its learning rate
+    is the size of the single-sample steps. See :class:`~gcl_tf.methods.base.ContinualModel` for
+    the common keywords."""
+
     task_free = True
 
-    def __init__(self, config, input_shape, num_classes):
-        super().__init__(config, input_shape, num_classes)
-        if config.train.optimizer != "sgd":
-            raise ConfigError(
-                f"train.optimizer: mer uses plain SGD steps (MER Algorithm 1), got {config.train.optimizer!r}; allowed: sgd"
-            )
-        m = config.method
-        self.network = build_classifier(config.model, input_shape, num_classes)
-        self.memory = ReservoirMemory(m.memory_size, input_shape, seed=config.seed)
-        self.replay_batch_size = min(int(m.replay_batch_size), int(m.memory_size))
-        self.batches_per_example = int(m.batches_per_example)
-        self.beta = float(m.beta)
-        self.gamma = float(m.gamma)
-        self.learning_rate = float(config.train.learning_rate)
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=10, batches_per_example=10,
+                 beta=0.01, gamma=1.0, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="mer"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size,
+                            batches_per_example=batches_per_example, beta=beta, gamma=gamma)
+        self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
+        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
+        self.replay_batch_size = min(int(replay_batch_size), int(memory_size))
+        self.batches_per_example = int(batches_per_example)
+        self.beta = float(beta)
+        self.gamma = float(gamma)
+        self.learning_rate = None  # the SGD optimizer's, set by compile
+
+    def compile(self, optimizer="sgd", **kwargs):
+        """As any method's, with plain SGD only: its learning rate sizes MER's single-sample steps."""
+        optimizer = keras.optimizers.get(optimizer)
+        if type(optimizer) is not keras.optimizers.SGD or float(optimizer.momentum) != 0.0:
+            raise ConfigError(f"optimizer: mer uses plain SGD steps (MER Algorithm 1), got "
+                              f"{type(optimizer).__name__}; allowed: keras.optimizers.SGD without momentum")
+        super().compile(optimizer=optimizer, **kwargs)
+        self.learning_rate = float(tf.convert_to_tensor(optimizer.learning_rate))
 
     def call(self, x, training=False):
         return self.network(x, training=training)
@@ -144,3 +164,6 @@ class Method(ContinualModel):
         for variable, value in zip(self.network.non_trainable_variables, non_trainable):
             variable.assign(value)
         return {"loss": tf.add_n(losses) / batch}
+
+
+Method = MER

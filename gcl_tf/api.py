@@ -1,0 +1,73 @@
+"""``gcl_tf.run``: a whole run from a config, as ``python -m gcl_tf.train`` does it, returning
+its :class:`Results`."""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass
+class Results:
+    """What a run wrote to ``results.json``: the accuracy matrix ``R[i][j]`` (percent, on task j
+    after training task i) and its summaries (``acc``, ``fgt``, ``bwt``, ``learning_accuracy``);
+    every other entry of the file through ``results["key"]``."""
+
+    accuracy_matrix: np.ndarray
+    acc: float
+    fgt: float
+    bwt: float
+    learning_accuracy: float
+    output_dir: Optional[str] = None
+    details: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, results: dict, output_dir: Optional[str] = None) -> "Results":
+        return cls(np.asarray(results["accuracy_matrix"], float), float(results["acc"]), float(results["fgt"]),
+                   float(results["bwt"]), float(results["learning_accuracy"]), output_dir, dict(results))
+
+    def __getitem__(self, key):
+        return self.details[key]
+
+    def __str__(self) -> str:
+        rows = "\n".join("  " + " ".join(f"{v:6.2f}" for v in row) for row in self.accuracy_matrix)
+        return f"ACC {self.acc:.2f}  FGT {self.fgt:.2f}  BWT {self.bwt:.2f}\naccuracy matrix (%):\n{rows}"
+
+
+def _set(raw: dict, path: list, value) -> None:
+    node = raw
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    if isinstance(value, dict) and isinstance(node.get(path[-1]), dict):
+        node[path[-1]] = {**node[path[-1]], **value}
+    else:
+        node[path[-1]] = value
+
+
+def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = False, verbose: Optional[int] = None,
+        resume: bool = False, **overrides) -> Results:
+    """Train and evaluate one configuration, as the CLI does; returns its :class:`Results`.
+
+    ``config_or_path``: a YAML file, a mapping of its sections or a :class:`gcl_tf.config.Config`.
+    ``overrides`` replace keys: a section's keys as a mapping (``method={"name": "er"}``),
+    dotted keys (``**{"train.epochs": 2}``) or top-level keys (``seed=1``). The run writes its
+    folder (``output_dir``, default: the config's) as ``python -m gcl_tf.train`` does.
+    """
+    from gcl_tf import config as config_lib
+    from gcl_tf import train
+
+    if isinstance(config_or_path, (str, os.PathLike)):
+        raw = config_lib.load_yaml(os.fspath(config_or_path))
+    elif isinstance(config_or_path, config_lib.Config):
+        raw = config_or_path.to_dict()
+    else:
+        raw = copy.deepcopy(dict(config_or_path))
+    for key, value in overrides.items():
+        _set(raw, key.split("."), value)
+    config = config_lib.resolve(raw)
+    output_dir = output_dir or config.output_dir
+    results = train.run(config, output_dir=output_dir, overwrite=overwrite, verbose=verbose, resume=resume)
+    return Results.from_dict(results, output_dir)

@@ -1,0 +1,115 @@
+"""Continual benchmarks for the Python API: a sequence of tasks, each with ``.train`` and ``.test``
+``tf.data`` datasets of ``(images, labels)`` batches (uint8 images, int32 labels).
+
+    stream = gcl_tf.benchmarks.permuted(gcl_tf.data.load("digits"), num_tasks=3)
+    for task in stream:
+        model.fit(task.train)
+        print([model.evaluate(t.test, return_dict=True)["accuracy"] for t in stream])
+
+The protocols are those of the CLI (:mod:`gcl_tf.data.protocols`, the ``benchmark`` section of a
+config) and the streams too (:mod:`gcl_tf.data.streams`): the same seed gives the same tasks and
+the same training order. ``data`` is a dataset from :func:`gcl_tf.data.load` or its name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass
+class Task:
+    """One task of a stream: ``train`` (its training batches, in stream order, all epochs) and
+    ``test`` (its test batches) as ``tf.data.Dataset`` of ``(images, labels)``."""
+
+    index: int
+    classes: np.ndarray  # the labels of the task's samples
+    description: str
+    data: object  # gcl_tf.data.Task: the task's arrays
+    batch_size: int
+    eval_batch_size: int
+    epochs: int
+    seed: int
+
+    @property
+    def train(self):
+        from gcl_tf.data.streams import train_dataset
+
+        return train_dataset(self.data.train, self.batch_size, self.epochs, self.seed, self.index)[0]
+
+    @property
+    def test(self):
+        import tensorflow as tf
+
+        split = self.data.eval_data("test")
+        return tf.data.Dataset.from_tensor_slices((split.images, split.labels.astype(np.int32))).batch(
+            self.eval_batch_size)
+
+
+class Stream:
+    """The tasks of a benchmark, in order (iterate, index or ``len``), with the shape of its
+    images (``input_shape``) and its number of classes (``num_classes``)."""
+
+    def __init__(self, benchmark, batch_size: int, eval_batch_size: int, epochs: int, seed: int):
+        from gcl_tf.data.streams import task_steps_per_epoch
+
+        self.benchmark = benchmark
+        self.input_shape = benchmark.input_shape
+        self.num_classes = benchmark.num_classes
+        self.tasks = [Task(t.index, t.classes, t.description, t, batch_size, eval_batch_size, epochs, seed)
+                      for t in benchmark.tasks]
+        for task in benchmark.tasks:  # every task has a batch
+            task_steps_per_epoch(len(task.train), batch_size, task.index)
+
+    def __iter__(self):
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, index) -> Task:
+        return self.tasks[index]
+
+
+def _stream(protocol: str, data, seed: int, batch_size: int, eval_batch_size: int, epochs: int, **keys) -> Stream:
+    from gcl_tf.config import BenchmarkConfig, _check_range, build_dataclass
+    from gcl_tf.data import ContinualBenchmark, load
+
+    source = load(data) if isinstance(data, str) else data
+    config = build_dataclass(BenchmarkConfig, {"name": protocol, "dataset": source.config.dataset,
+                                               "source": source.config.source, **keys}, f"benchmarks.{protocol}")
+    for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("epochs", epochs)):
+        _check_range(value, (1, None, False, False), f"benchmarks.{protocol}.{key}")
+    return Stream(ContinualBenchmark(config, seed, source=source), batch_size, eval_batch_size, epochs, seed)
+
+
+def permuted(data, num_tasks: int = 20, samples_per_task: Optional[int] = 1000,
+             test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
+             epochs: int = 1, seed: int = 0) -> Stream:
+    """Permuted tasks: every task has all classes, its images' pixels shuffled by a fixed
+    permutation of its own. ``samples_per_task`` (None: all) training samples per task,
+    ``test_samples_per_task`` (None: all) test samples; ``batch_size`` the training batches,
+    ``epochs`` passes over each task, ``seed`` the permutations, samples and order."""
+    return _stream("permuted", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
+                   samples_per_task=samples_per_task, test_samples_per_task=test_samples_per_task)
+
+
+def rotated(data, num_tasks: int = 20, max_rotation: float = 180.0, samples_per_task: Optional[int] = 1000,
+            test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
+            epochs: int = 1, seed: int = 0) -> Stream:
+    """Rotated tasks: every task has all classes, its images rotated by an angle drawn from
+    [0, ``max_rotation``) degrees. Other keywords as :func:`permuted`."""
+    return _stream("rotated", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
+                   max_rotation=max_rotation, samples_per_task=samples_per_task,
+                   test_samples_per_task=test_samples_per_task)
+
+
+def split(data, num_tasks: int = 5, classes_per_task: int = 2, samples_per_task: Optional[int] = None,
+          test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
+          epochs: int = 1, seed: int = 0) -> Stream:
+    """Class-split tasks: task t has classes [t k, (t + 1) k), k = ``classes_per_task``
+    (``task.classes``). Other keywords as :func:`permuted`."""
+    return _stream("split", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
+                   classes_per_task=classes_per_task, samples_per_task=samples_per_task,
+                   test_samples_per_task=test_samples_per_task)

@@ -1,0 +1,67 @@
+"""GCL's keys (a config's ``method`` section, the keywords of :class:`~gcl_tf.methods.gcl.model.GCL`),
+their ranges and the paper's defaults, and the rules between them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from gcl_tf.errors import ConfigError
+from gcl_tf.schema import MemoryMethodConfig, _range
+
+
+@dataclass
+class Config(MemoryMethodConfig):
+    name: str = "gcl"
+    # Weight of the context cross-entropy (the target cross-entropy has weight 1).
+    context_lambda: float = field(default=1.0, metadata=_range(0.0))
+    # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
+    graph_lambda: float = field(default=50.0, metadata=_range(0.0))
+    # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
+    # held only once the context has been learned, i.e. its best context loss (cross-entropy,
+    # nats) is below this value; until then its stored edges follow the current ones.
+    # null: the paper (every context whose loss rose above its best is held).
+    regularize_below: Optional[float] = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    # The RBF kernel's initial width w = exp(s) in log k = -0.5 ||u_i - u_j||^2 / exp(s) (s is
+    # learned; our extension, docs/gcl.md). null: sqrt(hidden_size), as the authors initialise it:
+    # every edge starts near probability 1 and a short stream ends before the kernel separates
+    # the classes.
+    kernel_width: Optional[float] = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
+    # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
+    context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    target_temperature: float = field(default=5.0, metadata=_range(0.0, lo_open=True))
+    test_temperature: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
+    # Graph samples averaged at test time (paper: 30).
+    test_graph_samples: int = field(default=30, metadata=_range(1))
+    # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
+    stochastic_graphs: bool = True
+    # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or
+    # the M edge embeddings u it is recomputed from (linear memory, the paper's appendix).
+    edge_memory: Literal["matrix", "embeddings"] = "matrix"
+    # Attend to this many memory samples, drawn anew each step, instead of the whole memory, so
+    # that a step's cost no longer grows with the memory (needs edge_memory: embeddings).
+    # null: the whole memory (the paper).
+    context_batch: Optional[int] = field(default=None, metadata=_range(1))
+    # Compile the graph regulariser (its element-wise passes over the [k, k] context pairs, forward
+    # and backward) with XLA into fused loops; false: plain TensorFlow ops (the same math, one
+    # kernel per op, for platforms without XLA).
+    fuse_regularizer: bool = True
+
+    def check(self, config):
+        self.check_settings()
+        if config.model.backbone == "resnet18":
+            raise ConfigError("model.backbone: GCL uses the paper's encoders; allowed: mlp, convnet")
+
+    def check_settings(self, section: str = "method"):
+        """The rules between the method's own keys (``section``: how errors name them)."""
+        if self.context_batch is not None:
+            if self.edge_memory != "embeddings":
+                raise ConfigError(
+                    f"{section}.context_batch: needs {section}.edge_memory: embeddings (the matrix store needs "
+                    "every new sample's edges to the whole memory); allowed: null with matrix"
+                )
+            if self.context_batch > self.memory_size:
+                raise ConfigError(
+                    f"{section}.context_batch: {self.context_batch} is more than {section}.memory_size "
+                    f"{self.memory_size}; allowed: 1 .. {self.memory_size} or null"
+                )

@@ -1,0 +1,207 @@
+"""GCL's graph math as small pure functions (docs/gcl.md): the RBF kernel and its Bernoulli edge
+logits, relaxed-Bernoulli graph samples, row normalisation, the graph regulariser, the edge
+memory's update rule and the average of per-sample predictions. No state, no Keras.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+tfd = tfp.distributions
+
+ROW_EPS = 1e-12  # guards the L1 normalisation of an all-zero row
+LOG_KERNEL_MAX = -1e-6  # log k is clipped below 0 so that logit(k) stays finite
+
+
+def squared_distances(a, b):
+    """||a_i - b_j||^2 for a [N, D], b [P, D] -> [N, P] (clamped at 0 against round-off)."""
+    a2 = tf.reduce_sum(tf.square(a), axis=1, keepdims=True)  # [N, 1]
+    b2 = tf.reduce_sum(tf.square(b), axis=1)[None, :]  # [1, P]
+    return tf.maximum(a2 + b2 - 2.0 * tf.matmul(a, b, transpose_b=True), 0.0)
+
+
+def kernel_factors(u, log_scale):
+    """Rows ``(A, B)`` with ``A_i . B_j = log k(i, j)`` for the RBF kernel on embeddings u [N, H].
+
+    log k = -(|u_i|^2 + |u_j|^2 - 2 u_i.u_j) / (2t), t = exp(s), so A = [u, -|u|^2/(2t), 1] and
+    B = [u/t, 1, -|u|^2/(2t)]: the whole kernel is one GEMM, with no elementwise pass over the
+    [N, P] result (the clip of logit_of_exp keeps log k <= 0 against round-off).
+    """
+    inverse = tf.exp(-log_scale)
+    half_norm = 0.5 * inverse * tf.reduce_sum(tf.square(u), axis=1, keepdims=True)  # [N, 1]
+    ones = tf.ones_like(half_norm)
+    return tf.concat([u, -half_norm, ones], axis=1), tf.concat([u * inverse, ones, -half_norm], axis=1)
+
+
+def rbf_log_kernel(a, b, log_scale):
+    """log k(i, j) = -0.5 ||a_i - b_j||^2 / exp(log_scale)   [N, P] (may exceed 0 by round-off)."""
+    rows, _ = kernel_factors(a, log_scale)
+    _, cols = kernel_factors(b, log_scale)
+    return tf.matmul(rows, cols, transpose_b=True)
+
+
+@tf.custom_gradient
+def logit_of_exp(log_k):
+    """logit(k) = log k - log(1 - k) from log k, stably: x - log(-expm1(x)), x clipped below 0.
+
+    The gradient, 1 / (1 - k) = -1 / expm1(x), reuses the forward's expm1 (0 where clipped).
+    """
+    x = tf.minimum(log_k, LOG_KERNEL_MAX)
+    e = tf.math.expm1(x)  # in [-1, 0)
+    logits = x - tf.math.log(-e)
+
+    def grad(dy):
+        return tf.where(log_k < LOG_KERNEL_MAX, -dy / e, tf.zeros_like(dy))
+
+    return logits, grad
+
+
+def edge_logits(u_rows, u_cols, log_scale):
+    """Bernoulli logits of the edges between row and column embeddings [N, P]."""
+    return logit_of_exp(rbf_log_kernel(u_rows, u_cols, log_scale))
+
+
+def logistic_noise(shape, seed):
+    """Standard logistic noise L (TFP's Logistic sampler), the randomness of a relaxed Bernoulli."""
+    return tfd.Logistic(loc=0.0, scale=1.0).sample(shape, seed=seed)
+
+
+def relaxed_bernoulli(logits, temperature, noise):
+    """A reparameterised relaxed-Bernoulli sample sigmoid((logits + L) / t) (Maddison et al. 2017).
+
+    The same value as ``tfd.RelaxedBernoulli(t, logits=logits).sample()`` for the same noise, but
+    with finite gradients: TFP's RelaxedBernoulli pushes the logit-space sample through a Sigmoid
+    bijector whose ``tf.where(x < -9, exp(x), sigmoid(x))`` overflows in the unused branch when
+    the sample saturates (low temperature), which turns the gradient into NaN.
+    """
+    return tf.sigmoid((logits + noise) / temperature)
+
+
+def sample_graph(logits, temperature, seed, stochastic: bool = True, sample_shape=()):
+    """Reparameterised relaxed-Bernoulli graph(s) in (0, 1), or the Bernoulli means."""
+    if not stochastic:
+        means = tf.sigmoid(logits)
+        if not sample_shape:
+            return means
+        return tf.broadcast_to(means, tf.concat([tf.constant(sample_shape, tf.int32), tf.shape(means)], 0))
+    shape = tf.concat([tf.constant(sample_shape, tf.int32), tf.shape(logits)], 0)
+    return relaxed_bernoulli(logits, temperature, logistic_noise(shape, seed))
+
+
+def normalize_rows(graph, edge_mask):
+    """Zero the edges outside ``edge_mask`` (broadcastable to ``graph``) and L1-normalise rows."""
+    graph = graph * tf.cast(edge_mask, graph.dtype)
+    return graph / tf.maximum(tf.reduce_sum(graph, axis=-1, keepdims=True), ROW_EPS)
+
+
+def graph_regularizer(current_logits, stored_logits, regularized):
+    """The graph regulariser L_G over the regularised context pairs.
+
+    ``current_logits, stored_logits`` [M, M]; ``regularized`` [M] bool (contexts whose loss is
+    above their best). Mean over the entries (i, k), i != k, with both ends regularised of the
+    Bernoulli cross-entropy between the stored edge probabilities and the current ones, minus
+    the (constant) entropy of the stored ones: the KL divergence, which has the cross-entropy's
+    gradient and is 0 when nothing was forgotten. 0 when no pair is regularised. Stored edges
+    get no gradient.
+    """
+    m = tf.shape(regularized)[0]
+    pairs = tf.logical_and(regularized[:, None], regularized[None, :])
+    pairs = tf.logical_and(pairs, tf.logical_not(tf.eye(m, dtype=tf.bool)))
+    weights = tf.cast(pairs, current_logits.dtype)
+    stored_logits = tf.stop_gradient(stored_logits)
+    targets = tf.sigmoid(stored_logits)
+    cross_entropy_ = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=current_logits)
+    entropy = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=stored_logits)
+    divergence = cross_entropy_ - entropy  # [M, M]
+    return tf.math.divide_no_nan(tf.reduce_sum(weights * divergence), tf.reduce_sum(weights))
+
+
+def regularized_contexts(valid, best, current, regularize_below=None):
+    """The mask m [k] of contexts whose stored edges the regulariser holds: valid contexts whose
+    loss ``current`` rose above their ``best`` (the paper), and, with ``regularize_below``, only
+    those already learned (``best < regularize_below``): edges stored before a context was
+    learned are not worth keeping (the regulariser's cold start)."""
+    m = tf.logical_and(valid, best < current)
+    if regularize_below is not None:
+        m = tf.logical_and(m, best < regularize_below)
+    return m
+
+
+def sampled_graph(log_k, noise, inverse_temperature):
+    """Edge logits E = logit(k) and the raw training graph sigmoid((E + L) inverse_temperature)
+    with the contexts' self-edges removed, from log k [k + T, k] (contexts first), the logistic
+    noise L and the per-row inverse temperatures [k + T, 1]: ``(E, graph)``, both [k + T, k]."""
+    logits = logit_of_exp(log_k)
+    graph = tf.sigmoid((logits + noise) * inverse_temperature)
+    return logits, tf.linalg.set_diag(graph, tf.zeros([log_k.shape[1]]))
+
+
+def expected_graph(log_k):
+    """``(E, sigmoid(E))`` with the contexts' self-edges removed: :func:`sampled_graph`'s
+    deterministic counterpart (``stochastic_graphs: false``)."""
+    logits = logit_of_exp(log_k)
+    return logits, tf.linalg.set_diag(tf.sigmoid(logits), tf.zeros([log_k.shape[1]]))
+
+
+def context_graph_regularizer(logits, stored_logits, regularized):
+    """:func:`graph_regularizer` on the context rows of the edge logits [k + T, k]."""
+    return graph_regularizer(logits[:logits.shape[1]], stored_logits, regularized)
+
+
+# The same, compiled by XLA: a few fused loops over the [k, k] pairs instead of about thirty
+# TensorFlow kernels (one pass over memory each), forward and backward. Only the regulariser:
+# fusing the graph sampling gained nothing measurable, and XLA's CPU GEMMs and random numbers
+# are slower than TensorFlow's (python -m gcl_tf.benchmark throughput measures both; see
+# docs/performance.md).
+context_graph_regularizer_fused = tf.function(context_graph_regularizer, jit_compile=True)
+
+
+def replaced_source_index(slots, capacity: int):
+    """Where each memory slot's new content comes from, after reservoir insertion.
+
+    ``slots`` [T] (slot of target j, or -1). Returns ``(source [M], replaced [M] bool)`` with
+    ``source[s] = s`` for a slot that keeps its context and ``M + j`` for a slot taken by target j.
+    """
+    t = tf.shape(slots)[0]
+    stored = slots >= 0
+    index = tf.boolean_mask(slots, stored)[:, None]  # [k, 1]
+    targets = capacity + tf.boolean_mask(tf.range(t, dtype=tf.int32), stored)  # [k]
+    source = tf.tensor_scatter_nd_update(tf.range(capacity, dtype=tf.int32), index, targets)
+    replaced = tf.tensor_scatter_nd_update(tf.zeros([capacity], tf.bool), index, tf.ones_like(targets, tf.bool))
+    return source, replaced
+
+
+def update_edge_memory(stored, logits, target_logits, regularized, slots):
+    """The context graph kept in memory after a step (docs/gcl.md, "Memory update after each step").
+
+    ``stored`` [M, M] edge logits in memory; the current logits between all contexts (first M)
+    and targets, in two blocks of columns: ``logits`` [M + T, M] to the contexts and
+    ``target_logits`` [M + T, T] to the targets; ``regularized`` [M] bool (loss above the best);
+    ``slots`` [T] reservoir slots of the targets (-1: not stored).
+    - two surviving contexts: keep the stored logit where both are regularised, else current;
+    - a new sample and a surviving context: the current target-context logit;
+    - two new samples: the current target-target logit.
+    One select over [M, M]; the (at most T) rows and columns of the new samples are gathered from
+    the small blocks and scattered in.
+    """
+    capacity = stored.shape[0]
+    T = slots.shape[0]
+    both = tf.logical_and(regularized[:, None], regularized[None, :])
+    kept = tf.where(both, stored, logits[:capacity])
+    source, _ = replaced_source_index(slots, capacity)  # [M] index into the M + T images
+    new = slots >= 0
+    new_slots = tf.boolean_mask(slots, new)  # [r]
+    targets = tf.boolean_mask(tf.range(T, dtype=tf.int32), new)  # [r]
+    # Full rows [r, M + T] and columns [M + T, r] of the new samples, then read through source.
+    rows = tf.concat([tf.gather(logits, capacity + targets), tf.gather(target_logits, capacity + targets)], axis=1)
+    rows = tf.gather(rows, source, axis=1)  # [r, M]
+    columns = tf.gather(tf.gather(target_logits, targets, axis=1), source)  # [M, r]
+    kept = tf.tensor_scatter_nd_update(kept, new_slots[:, None], rows)
+    at = tf.stack(tf.meshgrid(tf.range(capacity, dtype=tf.int32), new_slots, indexing="ij"), axis=-1)  # [M, r, 2]
+    return tf.tensor_scatter_nd_update(kept, at, columns)
+
+
+def average_log_probs(log_probs):
+    """log of the mean of the sample distributions: logsumexp over axis 0 minus log S."""
+    samples = tf.cast(tf.shape(log_probs)[0], log_probs.dtype)
+    return tf.reduce_logsumexp(log_probs, axis=0) - tf.math.log(samples)

@@ -1,0 +1,464 @@
+"""GCL: Graph-Based Continual Learning (Tang & Matteson, ICLR 2021): the Keras model.
+
+The episodic memory holds context images and labels (reservoir sampling, task-free) and the
+logits of the context graph G learned so far. Each step embeds contexts and targets with a
+shared trunk and two heads, builds Bernoulli edge logits from an RBF kernel with a learned
+scale, samples one relaxed graph (context rows: G, target rows: A), aggregates the contexts'
+latent and label embeddings along its normalised rows, and classifies the result. The loss adds
+a graph regulariser: contexts whose loss rose above their best keep their stored edges.
+
+Shapes: ``M`` memory capacity (always ``[M, ...]`` with a fill mask), ``T`` targets per batch,
+``H`` hidden size, ``K`` classes. Notation follows docs/gcl.md.
+"""
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from gcl_tf.backbones import feature_size, mlp
+from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
+from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, step_seed
+from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
+from gcl_tf.methods.gcl.caches import ContextCache, TestNoiseCache
+from gcl_tf.methods.gcl.config import Config
+from gcl_tf.methods.gcl.graph import (
+    ROW_EPS,
+    average_log_probs,
+    context_graph_regularizer,
+    context_graph_regularizer_fused,
+    edge_logits,
+    expected_graph,
+    kernel_factors,
+    logistic_noise,
+    logit_of_exp,
+    normalize_rows,
+    regularized_contexts,
+    relaxed_bernoulli,
+    replaced_source_index,
+    sampled_graph,
+    update_edge_memory,
+)
+
+SALT_TRAIN_GRAPH = 201
+SALT_TEST_GRAPH = 202
+SALT_CONTEXT_BATCH = 203
+
+
+class GCL(ContinualModel):
+    """GCL as a Keras model; ``train_step`` is the whole online update.
+
+    ``backbone``: the shared trunk (images -> non-negative features, e.g. ending in a ReLU; None:
+    the paper's MLP of two ``hidden_size`` ReLU layers); ``hidden_size``: H, the width of the
+    edge, latent and label embeddings. The other keywords are the method's keys, with the
+    defaults and meaning of :class:`Config`; see
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common ones (``eval_batch_size`` sizes
+    the test-time noise cache, drawn once per evaluation).
+    """
+
+    supports_distribution = True
+
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
+                 graph_lambda=50.0, regularize_below=1.0, kernel_width=1.0, context_temperature=1.0,
+                 target_temperature=5.0, test_temperature=0.1,
+                 test_graph_samples=30, stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
+        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+        self.check_settings(
+            Config, memory_size=memory_size, context_lambda=context_lambda, graph_lambda=graph_lambda,
+            regularize_below=regularize_below, kernel_width=kernel_width,
+            context_temperature=context_temperature, target_temperature=target_temperature,
+            test_temperature=test_temperature, test_graph_samples=test_graph_samples,
+            stochastic_graphs=stochastic_graphs, edge_memory=edge_memory, context_batch=context_batch,
+            fuse_regularizer=fuse_regularizer)
+        self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
+        self.regularize_below = None if regularize_below is None else float(regularize_below)
+        self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
+        self.test_temperature, self.test_graph_samples = float(test_temperature), int(test_graph_samples)
+        self.stochastic_graphs, self.fuse_regularizer = bool(stochastic_graphs), bool(fuse_regularizer)
+        hidden = int(hidden_size)
+        self.hidden_size = hidden
+        self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
+        self._per_image_trunk = not any(isinstance(layer, keras.layers.BatchNormalization)
+                                        for layer in self.trunk._flatten_layers(include_self=False))
+        feature_dim = feature_size(self.trunk, self.image_shape)
+        num_classes = self.num_classes
+        # f_theta1 (edge head) and f_theta2 (latent head): ReLU is the trunk's last op.
+        self.edge_head = keras.layers.Dense(hidden, name="edge_head")
+        self.latent_head = keras.layers.Dense(hidden, name="latent_head")
+        self.label_encoder = keras.layers.Dense(hidden, name="label_encoder")
+        self.output_head = keras.layers.Dense(num_classes, name="output_head")  # f_theta3 on ReLU(Z)
+        self.edge_head.build((None, feature_dim))
+        self.latent_head.build((None, feature_dim))
+        self.label_encoder.build((None, num_classes))
+        self.output_head.build((None, 2 * hidden))
+        # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the authors').
+        width = math.sqrt(hidden) if kernel_width is None else float(kernel_width)
+        self.kernel_log_scale = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(math.log(width)),
+            name="kernel_log_scale", trainable=True,
+        )
+        self.memory = GraphMemory(memory_size, self.image_shape, seed=self.seed, edge_memory=edge_memory,
+                                  embedding_size=hidden)
+        self.capacity = int(memory_size)
+        # Contexts attended to per step: the whole memory, or context_batch of them.
+        self.num_contexts = context_batch or self.capacity
+        self._test_noise = None
+        if self.eval_batch_size is not None:
+            self.prepare_test_noise(self.eval_batch_size)
+        # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
+        one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
+        self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
+
+    def prepare_test_noise(self, eval_batch_size: int) -> None:
+        """The test-time graph noise cache for test batches of ``eval_batch_size`` (see
+        TestNoiseCache; one device only, and only when it fits TEST_NOISE_CACHE_BYTES)."""
+        noise_shape = (self.test_graph_samples, int(eval_batch_size), self.capacity)
+        use_cache = (self.stochastic_graphs and TestNoiseCache.fits(noise_shape)
+                     and tf.distribute.get_strategy().num_replicas_in_sync == 1)
+        self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
+
+    def prepare_evaluation(self, x) -> None:
+        unset = self.eval_batch_size is None
+        super().prepare_evaluation(x)
+        if unset and self.eval_batch_size is not None:
+            self.prepare_test_noise(self.eval_batch_size)
+
+    # -------------------------------------------------------------- building blocks
+    def embed(self, images, training):
+        """Trunk + heads: (u edge embeddings [N, H], l latent embeddings [N, H])."""
+        features = self.trunk(images, training=training)
+        return self.edge_head(features), self.latent_head(features)
+
+    def embed_step(self, context_images, x):
+        """:meth:`embed` (training mode) of the contexts then the targets   [k + T, H] each.
+
+        A trunk that sees each image alone (no BatchNorm) runs on the two parts separately, so
+        the memory's images go in as they are read, with no copy into a joint batch; a trunk with
+        BatchNorm needs them in one batch (the statistics are over contexts and targets).
+        """
+        if self._per_image_trunk:
+            features = tf.concat([self.trunk(context_images, training=True), self.trunk(x, training=True)], axis=0)
+        else:
+            features = self.trunk(tf.concat([context_images, x], axis=0), training=True)
+        return self.edge_head(features), self.latent_head(features)
+
+    def context_values(self, latents, labels, valid):
+        """What the graphs aggregate: ``[l, one_hot(y), 1]`` of each context, 0 for invalid
+        contexts   [k, H + K + 1].
+
+        V of the paper is ``[l_context, LabelEncoder(one_hot(y_context))]`` [k, 2H]; since the
+        label encoder is linear, :meth:`aggregate` computes ``normalised_graph @ V`` from the
+        narrower ``graph @ [l, one_hot]``, and the last column gives the rows' sums (over valid
+        contexts) that normalise them: one GEMM of width H + K + 1 does all of it.
+        """
+        values = tf.concat([latents, tf.one_hot(labels, self.num_classes), tf.ones_like(latents[:, :1])], axis=-1)
+        return values * tf.cast(valid, values.dtype)[:, None]
+
+    def aggregate(self, graph, values):
+        """Z = normalised graph @ V   [rows, 2H], from the raw (unnormalised) graph.
+
+        ``graph`` [..., k] (leading dims folded into one GEMM); invalid contexts are zero rows of
+        ``values`` (:meth:`context_values`), so they neither count nor normalise. Rows are
+        normalised after the GEMM (the same Z, a narrower pass), and
+        ``graph @ (Y W + 1 b) = (graph @ Y) W + rowsum(graph) b`` for the label encoder (W, b).
+        """
+        flat = tf.reshape(graph, [-1, tf.shape(graph)[-1]])  # [rows, k]
+        pooled = tf.matmul(flat, values)  # [rows, H + K + 1]
+        H, K = self.hidden_size, self.num_classes
+        # tf.split, not slices: its gradient is one concat (a slice's is a zero-filled copy each)
+        latent, label_histogram, row_sum = tf.split(pooled, [H, K, 1], axis=1)  # [rows, H], [rows, K], [rows, 1]
+        safe = tf.maximum(row_sum, ROW_EPS)
+        latent, label_histogram = latent / safe, label_histogram / safe
+        has_edges = tf.cast(row_sum > 0, latent.dtype)  # an empty row aggregates nothing
+        label_code = tf.matmul(label_histogram, self.label_encoder.kernel) + has_edges * self.label_encoder.bias
+        return tf.concat([latent, label_code], axis=-1)
+
+    def classify(self, graph, values):
+        """f_theta3(ReLU(Z)) -> logits [..., K]."""
+        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values)))
+        return tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
+
+    def call(self, x, training=False):
+        """Logits of one test-time graph sample (``predict_log_probs`` averages many)."""
+        return self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool), samples=1)
+
+    # -------------------------------------------------------------- training
+    def select_contexts(self):
+        """The memory slots attended to this step: ``(slots [k] int32, valid [k] bool)``.
+
+        The whole memory (k = M, valid = filled), or ``context_batch`` slots drawn uniformly
+        without replacement among the filled ones. Valid entries always come first.
+        """
+        filled = self.memory.filled()
+        if self.num_contexts == self.capacity:
+            return tf.range(self.capacity, dtype=tf.int32), filled
+        seed = step_seed(self.seed, self.step_counter, SALT_CONTEXT_BATCH)
+        return sample_without_replacement(filled, self.num_contexts, seed)
+
+    def context_images(self, slots, valid, fallback=None):
+        """Images of the context slots [k, ...]. Invalid entries repeat valid ones, or the
+        ``fallback`` images while nothing is valid (the first batch), so that BatchNorm statistics
+        are computed on real images; invalid contexts are masked out of the graphs. (One gather and
+        no other pass over the images; for the whole memory in slot order not even that.)"""
+        k = slots.shape[0]
+        num_valid = tf.reduce_sum(tf.cast(valid, tf.int32))
+        source = tf.gather(slots, tf.math.floormod(tf.range(k), tf.maximum(num_valid, 1)))  # slots once all valid
+        memory = self.memory.images
+        if k == self.capacity:  # all valid, in slot order (select_contexts on the whole memory): a plain read
+            in_order = tf.reduce_all(tf.equal(source, tf.range(k, dtype=source.dtype)))
+            images = tf.cond(in_order, memory.read_value, lambda: tf.gather(memory, source))
+        else:
+            images = tf.gather(memory, source)
+        if fallback is None:
+            return images
+        tiled = tf.gather(fallback, tf.math.floormod(tf.range(k), fallback.shape[0]))
+        return tf.cond(num_valid > 0, lambda: images, lambda: tiled)  # picks one, copies nothing
+
+    def _context_images(self):
+        """All M memory images (unfilled slots repeat filled ones)."""
+        return self.context_images(tf.range(self.capacity, dtype=tf.int32), self.memory.filled())
+
+    def training_noise(self, k, T, seed):
+        """The logistic noise of one training graph [k + T, k].
+
+        On R replicas it is drawn for the global batch (k + R T rows) and each replica takes the
+        rows of its own targets: the graphs of a single-device run, sliced.
+        """
+        replicas = num_replicas()
+        noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
+        if replicas > 1:
+            rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
+            noise = tf.gather(noise, rows)
+        return noise
+
+    def sample_training_graph(self, log_k, seed):
+        """Edge logits E and one relaxed-Bernoulli sample of the raw training graph, from the log
+        kernel [k + T, k] (rows: contexts (G), then targets (A)), with the context and target
+        temperatures: ``(E, graph)`` [k + T, k], the contexts' self-edges removed, not masked,
+        not normalised."""
+        k = log_k.shape[1]
+        T = log_k.shape[0] - k
+        if not self.stochastic_graphs:
+            return expected_graph(log_k)
+        inverse_temperature = tf.concat(
+            [tf.fill([k, 1], 1.0 / self.context_temperature), tf.fill([T, 1], 1.0 / self.target_temperature)], axis=0
+        )  # [k + T, 1]
+        return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
+
+    def training_graph(self, log_k, valid, seed):
+        """The sampled training graph as the paper writes it: self-edges of contexts and invalid
+        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the sample
+        and normalises after the GEMM, :meth:`aggregate`: the same Z.)"""
+        return normalize_rows(self.sample_training_graph(log_k, seed)[1], valid[None, :])
+
+    def stored_edge_logits(self, slots):
+        """The stored context-graph logits between the context slots [k, k] (no gradient)."""
+        memory = self.memory
+        if memory.edge_memory == "matrix":
+            if self.num_contexts == self.capacity:
+                return memory.edge_logits.read_value()
+            return tf.gather(tf.gather(memory.edge_logits, slots), slots, axis=1)
+        stored = tf.gather(memory.edge_embeddings, slots)  # [k, H]
+        return tf.stop_gradient(edge_logits(stored, stored, self.kernel_log_scale))
+
+    def training_forward(self, x, y, slots=None, valid=None):
+        """The differentiable part of a step (run it under a GradientTape).
+
+        ``slots, valid`` are the contexts (default: :meth:`select_contexts`). Returns the loss,
+        its terms, the edge embeddings ``u`` [k + T, H] and logits between all images
+        [k + T, k + T] (contexts first), the per-context cross-entropies [k] and the
+        regularised-context mask m [k].
+        """
+        if slots is None:
+            slots, valid = self.select_contexts()
+        k = slots.shape[0]
+        context_labels = tf.gather(self.memory.labels, slots)
+        seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
+        u, latents = self.embed_step(self.context_images(slots, valid, fallback=x), x)  # [k + T, H] each
+        rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
+        context_cols, target_cols = tf.split(cols, [k, x.shape[0]])  # (splits: their gradient is one concat)
+        log_k = tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
+        logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
+        values = self.context_values(tf.split(latents, [k, x.shape[0]])[0], context_labels, valid)  # [k, H + K + 1]
+        out = self.classify(graph, values)  # [k + T, K]
+        context_out, target_out = tf.split(out, [k, x.shape[0]])
+        context_ce = cross_entropy(context_labels, context_out)  # [k]
+        target_ce = cross_entropy(y, target_out)  # [T]
+        valid_f = tf.cast(valid, tf.float32)
+        num_valid = tf.maximum(tf.reduce_sum(valid_f), 1.0)
+        context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
+        target_loss = tf.reduce_mean(target_ce)
+        best = tf.gather(self.memory.best_loss, slots)
+        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.regularize_below)  # m_i
+        regularizer = context_graph_regularizer_fused if self.fuse_regularizer else context_graph_regularizer
+        graph_loss = regularizer(logits_e, self.stored_edge_logits(slots), regularized)
+        context_terms = self.context_lambda * context_loss + self.graph_lambda * graph_loss
+        loss = target_loss + context_terms
+        # Gradients are summed over replicas: each weighs its targets by its share of the global
+        # batch and the (replicated) context terms by 1 / R.
+        # The first batch only fills the memory: with no context to attend to, nothing is learned.
+        learning = tf.cast(tf.reduce_any(valid), tf.float32)
+        replicas = num_replicas()
+        return {
+            "loss": loss * learning,
+            "replica_loss": learning * (target_loss + context_terms) / replicas,
+            "target_loss": target_loss * learning,
+            "context_loss": context_loss,
+            "graph_loss": graph_loss,
+            "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid,
+            "embeddings": u,
+            "kernel_log_scale": tf.identity(self.kernel_log_scale),  # as read before the update
+            # logits between all images for the edge memory (no gradient), in two blocks of
+            # columns: to the contexts [k + T, k] and to the targets [k + T, T]
+            "edge_logits": logits_e,
+            "target_edge_logits": logit_of_exp(tf.matmul(rows, target_cols, transpose_b=True)),
+            "context_ce": context_ce,
+            "regularized": regularized,
+        }
+
+    _LOGGED = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
+
+    def learn(self, x, y):
+        memory = self.memory
+        slots, valid = self.select_contexts()  # [k]
+        replicas = num_replicas()
+        # Under a strategy every replica must launch its collectives in the same order: the
+        # global batch is gathered first, the gradients are reduced, then the memory inputs.
+        stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
+        # One path for every step, no tf.cond around the optimizer (under a tf.distribute
+        # strategy it must not sit in control flow): the first batch has no valid context and a
+        # zero loss, so it only fills the memory.
+        with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
+            out = self.training_forward(x, y, slots, valid)
+        self.apply_gradients(tape, out["replica_loss"])
+        logs = {name: out[name] for name in self._LOGGED}
+        embeddings = tf.stop_gradient(out["embeddings"])
+        logits, target_logits = tf.stop_gradient(out["edge_logits"]), tf.stop_gradient(out["target_edge_logits"])
+        context_ce, regularized = tf.stop_gradient(out["context_ce"]), out["regularized"]
+        best = tf.gather(memory.best_loss, slots)
+        x, y = stream_x, stream_y
+        if replicas > 1:  # every replica applies the same update, from the global batch
+            k = slots.shape[0]
+            with tf.control_dependencies([self.optimizer.iterations.value]):  # after the update
+                shared = all_mean(tf.concat([context_ce[:, None], embeddings[:k]], axis=1))  # [k, 1 + H]
+            with tf.control_dependencies([shared]):
+                target_embeddings = all_gather(embeddings[k:])  # [R T, H]
+            context_ce = shared[:, 0]
+            regularized = regularized_contexts(valid, best, context_ce, self.regularize_below)
+            embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
+            scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
+            all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
+            logits, target_logits = all_logits[:, :k], all_logits[:, k:]
+        # Best context losses: min with this step's, for the contexts attended to.
+        scatter_update(memory.best_loss, slots[:, None], tf.where(valid, tf.minimum(best, context_ce), best))
+        # Reservoir insertion of the targets, with the edge memory and the reset of the best
+        # loss of replaced slots.
+        new_slots = memory.reservoir_slots(x.shape[0])  # [T], -1: not stored
+        if memory.edge_memory == "matrix":
+            memory.edge_logits.assign(update_edge_memory(memory.edge_logits, logits, target_logits, regularized,
+                                                       new_slots))
+        else:
+            self._update_edge_embeddings(embeddings, slots, valid, regularized, new_slots)
+        _, replaced = replaced_source_index(new_slots, self.capacity)
+        memory.best_loss.assign(tf.where(replaced, math.inf, memory.best_loss))
+        memory.write(new_slots, x, y)
+        return logs
+
+    def _update_edge_embeddings(self, embeddings, slots, valid, regularized, new_slots):
+        """Linear edge memory: a context at a new low stores its current edge embedding; a new
+        sample stores its own (the rules of the matrix store, per slot instead of per pair)."""
+        k = slots.shape[0]
+        refresh = tf.logical_and(valid, tf.logical_not(regularized))  # [k]
+        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(slots, refresh)[:, None],
+                       tf.boolean_mask(embeddings[:k], refresh))
+        stored = new_slots >= 0
+        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(new_slots, stored)[:, None],
+                       tf.boolean_mask(embeddings[k:], stored))
+
+    # -------------------------------------------------------------- prediction
+    def memory_contexts(self):
+        """What predictions attend to: the memory's edge embeddings [M, H] and the values
+        :meth:`aggregate` reads [M, H + K + 1] (test-mode trunk on all M memory images)."""
+        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
+        return u_c, self.context_values(l_c, self.memory.labels, self.memory.filled())
+
+    def on_evaluation_begin(self) -> None:
+        if self._contexts is not None:
+            self._contexts.open()
+
+    def on_evaluation_end(self) -> None:
+        if self._contexts is not None:
+            self._contexts.close()
+
+    def predict_log_probs(self, x, class_mask, samples=None, seed=None):
+        """log p(y | x, memory) averaged over ``samples`` test-time graphs   [N, K].
+
+        V (and the context embeddings) are computed once per call, not once per sample, and
+        inside an evaluation scope once per scope (ContextCache).
+        """
+        samples = self.test_graph_samples if samples is None else samples
+        if not self.stochastic_graphs:
+            samples = 1
+        # The caches serve the evaluation's own predictions; an explicit seed (serving) computes afresh.
+        own = seed is None
+        cached = own and self._test_noise is not None and (samples, x.shape[0]) == self._test_noise.shape[:2]
+        if own:
+            seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
+        if own and self._contexts is not None:
+            u_c, values = self._contexts.get(self.memory_contexts)
+        else:
+            u_c, values = self.memory_contexts()
+        u_t, _ = self.embed(x, training=False)  # [N, H]
+        logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
+        replicas = num_replicas()
+        if not self.stochastic_graphs:
+            noise = None
+        elif replicas == 1 and cached:
+            noise = self._test_noise.get(seed)
+        elif replicas == 1:
+            noise = logistic_noise(tf.concat([[samples], tf.shape(logits_e)], 0), seed)  # as sample_graph draws it
+        else:  # this replica's rows of the global batch's noise, as on one device
+            n = x.shape[0]
+            noise = logistic_noise([samples, replicas * n, self.capacity], seed)
+            noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
+        if noise is None:
+            logits = self.classify(tf.sigmoid(logits_e)[None], values)  # [1, N, K]
+        else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
+            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, self.test_temperature, eps),
+                                                         values),
+                               noise, parallel_iterations=4, fn_output_signature=tf.float32)  # [S, N, K]
+        log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
+        return average_log_probs(log_probs)
+
+    # -------------------------------------------------------------- artifacts for the figures
+    def context_graph(self):
+        """The expected context graph ``sigmoid(E)`` between the filled memory slots, self-edges
+        removed, and the slots' labels: ``(graph [C, C], labels [C])`` as numpy (None if empty)."""
+        import numpy as np
+
+        filled = int(self.memory.num_filled.numpy())
+        if filled == 0:
+            return None
+        chunk = self.eval_batch_size or 500
+        u = tf.concat([self.embed(self.memory.images[i:min(i + chunk, filled)], training=False)[0]
+                       for i in range(0, filled, chunk)], axis=0)  # [C, H]
+        graph = tf.sigmoid(edge_logits(u, u, self.kernel_log_scale)).numpy()  # [C, C]
+        np.fill_diagonal(graph, 0.0)
+        return graph, self.memory.labels[:filled].numpy()
+
+    def penultimate(self, x):
+        """ReLU(Z), what the output head reads, with the expected test graph (Bernoulli means,
+        row-normalised) from ``x`` to the memory   [N, 2H]."""
+        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
+        u_t, _ = self.embed(x, training=False)  # [N, H]
+        graph = tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale))  # [N, M]
+        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels, self.memory.filled())))
+
+    def output_layer(self):
+        return self.output_head
+
+
+Method = GCL

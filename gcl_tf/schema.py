@@ -1,0 +1,166 @@
+"""The validation under every config: typed dataclasses checked key by key, with one-line errors.
+
+A config section is a dataclass; :func:`build_dataclass` builds one from a mapping, checking
+each key against the field's type annotation (``Literal``, ``Optional``, numbers, lists,
+mappings) and its range (``field(metadata=_range(lo, hi))``), and raising a
+:class:`~gcl_tf.errors.ConfigError` that names the key and what is allowed. The methods declare
+their keys here too (:class:`MethodConfig`), so that the run's config (:mod:`gcl_tf.config`) and
+the methods (:mod:`gcl_tf.methods`) both build on this module and neither imports the other's
+internals.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gcl_tf.errors import ConfigError
+
+
+def _range(lo=None, hi=None, lo_open=False, hi_open=False):
+    """Field metadata for a numeric range check."""
+    return {"range": (lo, hi, lo_open, hi_open)}
+
+
+
+@dataclass
+class MethodConfig:
+    """Base of every method's config; each method file subclasses it with its own keys."""
+
+    name: str = "gcl"
+
+
+@dataclass
+class MemoryMethodConfig(MethodConfig):
+    """Base of the config of every method with an episodic memory."""
+
+    # Samples the episodic memory holds, over all tasks (GEM, A-GEM: split evenly across tasks;
+    # iCaRL: across its exemplar sets).
+    memory_size: int = field(default=1000, metadata=_range(1))
+
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin in (list, tuple):
+        return "a list"
+    if origin is dict or tp is dict:
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _describe(value) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _coerce(value, tp, key: str):
+    """Check ``value`` against the annotation ``tp``; return the (possibly converted) value."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as error:
+                errors.append(error)
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+            raise ConfigError(
+                f"{key}: {_describe(value)} is not allowed; allowed: {', '.join(str(a) for a in allowed)}"
+            )
+        return value
+    if origin in (list, tuple):
+        (item_tp,) = typing.get_args(tp)[:1] or (Any,)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {_describe(value)}")
+        return copy.deepcopy(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if math.isfinite(float(value)):
+                return float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+            if number is not None and math.isfinite(number):
+                return number
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
+
+
+def _check_range(value, spec, key):
+    if value is None:
+        return
+    lo, hi, lo_open, hi_open = spec
+    ok = True
+    if lo is not None:
+        ok &= value > lo if lo_open else value >= lo
+    if hi is not None:
+        ok &= value < hi if hi_open else value <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else (f"{lo:g}" if isinstance(lo, float) else str(lo))
+        hi_s = "inf" if hi is None else (f"{hi:g}" if isinstance(hi, float) else str(hi))
+        raise ConfigError(f"{key}: {value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
+
+
+def build_dataclass(cls, data, prefix: str):
+    """Build dataclass ``cls`` from the mapping ``data``, validating every key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: expected a mapping of keys, got {_describe(data)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise ConfigError(f"unknown key '{where}'; allowed: {', '.join(names)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[f.name] = build_dataclass(tp, data[f.name], key)
+            continue
+        value = _coerce(data[f.name], tp, key)
+        if "range" in f.metadata:
+            _check_range(value, f.metadata["range"], key)
+        kwargs[f.name] = value
+    return cls(**kwargs)

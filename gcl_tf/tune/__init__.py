@@ -1,0 +1,261 @@
+"""Hyper-parameter search with KerasTuner: ``python -m gcl_tf.tune --config FILE --tuner grid|random|bayesian``.
+
+One trial is one whole continual run (:func:`gcl_tf.train.run`) of the config with the trial's
+values applied as ``--set`` overrides, scored by its ACC on validation splits carved from each
+task's training data (``eval.split: validation``); the test split is never read. The space is
+the config's ``tune.space``, or the GCL paper's appendix grid for the chosen method
+(:data:`PAPER_GRIDS`).
+
+KerasTuner does the searching: its oracles pick the trials, an interrupted search resumes from
+``DIR`` (finished trials are not run again) and a chief with workers share one search when
+``KERASTUNER_TUNER_ID``, ``KERASTUNER_ORACLE_IP`` and ``KERASTUNER_ORACLE_PORT`` are set.
+Writes, under ``DIR``: KerasTuner's state (``oracle.json``, ``trial_*/trial.json``), each trial's
+run (``trial_*/results.json``, ``config.yaml``, ``tensorboard/`` with the HParams plugin),
+``search.json`` (what is searched), ``best.json`` and ``best_config.yaml`` (ready for
+``python -m gcl_tf.train``, evaluating on the test split).
+
+The package: :mod:`.space` (the paper's grids, the check of a space), :mod:`.search` (a search's
+plan and its trials' records), :mod:`.tuners` (the KerasTuner subclasses, imported when a search
+starts) and this module (running a search, its report, the command line).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import argparse
+import contextlib
+import shutil
+import sys
+
+from gcl_tf import config as config_lib
+from gcl_tf import train as train_lib  # noqa: F401  (tests replace train.run)
+from gcl_tf.errors import ConfigError, Stopped, UserError, exit_on_user_error  # noqa: F401
+from gcl_tf.faults import entries, exclusive
+from gcl_tf.io import write_atomic, write_json_atomic
+from gcl_tf.quiet import import_tensorflow
+from gcl_tf.tune.search import (  # noqa: F401  (the plan of a search)
+    BEST_CONFIG,
+    BEST_FILE,
+    DEFAULT_RANDOM_TRIALS,
+    OBJECTIVE,
+    SEARCH_FILE,
+    Search,
+    _check_same_search,
+    _log_hparams_config,
+    format_values,
+)
+from gcl_tf.tune.space import PAPER_GRIDS, paper_grid, search_space, tunable_keys  # noqa: F401
+
+
+# ----------------------------------------------------------------------------- roles and folders
+def role() -> str:
+    """``single``, ``chief`` or ``worker``, from KerasTuner's own environment variables."""
+    from keras_tuner.src.distribute import utils as dist_utils
+
+    try:
+        if not dist_utils.has_chief_oracle():
+            return "single"
+    except RuntimeError as error:  # KERASTUNER_ORACLE_IP without the port or the tuner id
+        raise UserError(" ".join(str(error).split())) from None
+    return "chief" if dist_utils.is_chief_oracle() else "worker"
+
+
+def _check_output(search: Search, overwrite: bool, who: str) -> None:
+    folder = search.output_dir
+    if who == "worker" or not os.path.isdir(folder) or not entries(folder):
+        return
+    if not os.path.exists(os.path.join(folder, SEARCH_FILE)):
+        raise UserError(f"{folder} exists and holds no search ({SEARCH_FILE} is missing); choose another --output")
+    if not overwrite:
+        _check_same_search(search)
+
+
+
+def make_oracle(search: Search, seed: int):
+    import keras_tuner as kt
+
+    from gcl_tf.tune.tuners import ORACLES
+
+    objective = kt.Objective(OBJECTIVE, direction="max")
+    return ORACLES[search.tuner](objective=objective, max_trials=search.max_trials, seed=seed)
+
+
+# ----------------------------------------------------------------------------- the search
+def run_search(search: Search, overwrite: bool = False) -> dict:
+    """Run (or resume, or join as a worker) a search; returns a summary (``best`` on the chief).
+
+    The chief (or a single process) holds the folder's lock (gcl_tf.faults.exclusive) for the
+    whole search; workers join the chief's folder."""
+    import_tensorflow()
+    who = role()
+    _check_output(search, overwrite, who)
+    if who == "worker" and overwrite:
+        print(f"[{os.environ['KERASTUNER_TUNER_ID']}] --overwrite is left to the chief", flush=True)
+        overwrite = False
+    if who != "chief":  # the data, now: a missing or corrupt file stops here, before DIR is touched
+        search.benchmark_for(search.base)
+    folder = os.path.abspath(search.output_dir)
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with exclusive(folder) if who != "worker" else contextlib.nullcontext():
+        _check_output(search, overwrite, who)  # again, now that no other search can change the folder
+        if overwrite:  # here, not by KerasTuner: its overwrite deletes the folder with the lock file
+            _clear(folder)
+        return _search(search, folder, who)
+
+
+def _clear(folder: str) -> None:
+    """Delete what ``folder`` holds but its lock file."""
+    for name in entries(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def _search(search: Search, folder: str, who: str) -> dict:
+    from gcl_tf.tune.tuners import (  # imports KerasTuner and TensorFlow
+        ChiefDisplay,
+        ContinualTuner,
+    )
+
+    # KerasTuner's oracle seed 0 means "random": shift the config's seed into 1 .. 2**31 - 1.
+    oracle = make_oracle(search, seed=search.base.seed % (2**31 - 1) + 1)
+    if who == "chief":  # the oracle's display is the chief's only view of the trials
+        oracle._display = ChiefDisplay(oracle, search)
+    else:  # the tuner prints a line per trial it runs
+        oracle.verbose = 0
+    tuner = ContinualTuner(search, oracle, directory=os.path.dirname(folder),
+                           project_name=os.path.basename(folder), overwrite=False)
+    fresh = not os.path.exists(os.path.join(folder, SEARCH_FILE))
+    if who != "worker":
+        write_json_atomic(os.path.join(folder, SEARCH_FILE), search.description())
+        if fresh:
+            _log_hparams_config(search)
+    _announce(search, who, fresh)
+
+    tuner.search()
+
+    if who == "worker":
+        ran = ", ".join(tuner.trials_run) or "none"
+        print(f"[{tuner.tuner_id}] done: ran trials {ran}; the chief reports the best", flush=True)
+        return {"role": who, "trials_run": list(tuner.trials_run)}
+    return report(search, tuner.oracle, who)
+
+
+def _announce(search: Search, who: str, fresh: bool) -> None:
+    space = "the paper's grid for " + search.method if search.paper_grid else "tune.space"
+    size = f"{search.grid_size} combinations" if all(isinstance(v, list) for v in search.space.values()) else "ranges"
+    head = {"single": "Search", "chief": "Chief of a distributed search",
+            "worker": "Worker of a distributed search"}[who]
+    verb = "joins" if who == "worker" else "starts" if fresh else "resumes"
+    print(f"{head} {verb}: {search.tuner} tuner, {space} ({size}), at most {search.max_trials} trials, "
+          f"objective ACC on validation -> {search.output_dir}", flush=True)
+    for key, spec in search.space.items():
+        print(f"  {key}: {spec}", flush=True)
+    if search.added_validation:
+        print(f"  benchmark.validation_fraction is 0: each task holds out {search.validation_fraction:g} of its "
+              f"training samples for validation (tune.validation_fraction); the test split is not read", flush=True)
+    if who == "chief":
+        print(f"  serving the oracle on {os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']}; "
+              f"start workers with the same command and KERASTUNER_TUNER_ID=tuner0, tuner1, ...", flush=True)
+    elif who == "worker":
+        print(f"  worker {os.environ['KERASTUNER_TUNER_ID']} asks the chief at "
+              f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']} for trials", flush=True)
+
+
+def report(search: Search, oracle, who: str = "single") -> dict:
+    """Print the finished trials and the best one; write ``best.json`` and ``best_config.yaml``."""
+    trials = [t for t in oracle.trials.values() if t.status == "COMPLETED" and t.score is not None]
+    others = len(oracle.trials) - len(trials)
+    if not trials:
+        raise UserError(f"no trial of the search in {search.output_dir} finished; "
+                        f"see the messages in its trial_*/trial.json")
+    trials.sort(key=lambda t: (-t.score, t.trial_id))
+    print(f"\n{len(trials)} trials finished" + (f" ({others} failed or unfinished)" if others else "")
+          + "; validation ACC, best first:")
+    for t in trials[:10]:
+        values = {k: t.hyperparameters.values.get(k) for k in search.space}
+        print(f"  trial {t.trial_id}  {t.score:6.2f}  {format_values(values)}")
+    best = trials[0]
+    values = {k: best.hyperparameters.values.get(k) for k in search.space}
+    config = search.best_config(values)
+    path = os.path.join(search.output_dir, BEST_CONFIG)
+    command = f"python -m gcl_tf.train --config {path}"
+    header = (f"# Best of {len(trials)} trials ({search.tuner} search in {search.output_dir}): trial {best.trial_id},\n"
+              f"# ACC {best.score:.2f} on validation splits "
+              f"({search.validation_fraction:g} of each task's training data).\n"
+              f"# Searched: {format_values(values)}\n"
+              f"# Train it and measure test accuracy: {command}\n")
+    write_atomic(path, header + config_lib.config_to_yaml(config))
+    summary = {
+        "trial_id": best.trial_id,
+        OBJECTIVE: float(best.score),
+        "values": values,
+        "tuner": search.tuner,
+        "trials_finished": len(trials),
+        "best_config": path,
+        "trials": [{"trial_id": t.trial_id, OBJECTIVE: float(t.score),
+                    "values": {k: t.hyperparameters.values.get(k) for k in search.space}} for t in trials],
+    }
+    write_json_atomic(os.path.join(search.output_dir, BEST_FILE), summary)
+    print(f"\nBest: trial {best.trial_id}, validation ACC {best.score:.2f}")
+    for key, value in values.items():
+        print(f"  {key}: {value}")
+    print(f"Ready-to-run config (evaluates on test): {path}\n  {command}", flush=True)
+    return {"role": who, **summary}
+
+
+def search(config=None, overrides=(), tuner=None, max_trials=None, output_dir=None, overwrite=False,
+           raw=None, verbose=0) -> dict:
+    """Python entry point: ``config`` is a YAML path (or pass ``raw``, a mapping)."""
+    kwargs = dict(tuner=tuner, max_trials=max_trials, output_dir=output_dir, trial_verbose=verbose)
+    if raw is None:
+        s = Search.from_file(config, overrides, **kwargs)
+    else:
+        s = Search(raw, overrides, **kwargs)
+    return run_search(s, overwrite=overwrite)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gcl_tf.tune",
+                                     description="Hyper-parameter search with KerasTuner.",
+                                     epilog="Distributed: run the same command with KERASTUNER_TUNER_ID=chief "
+                                            "(one process) or tuner0, tuner1, ... (workers), and "
+                                            "KERASTUNER_ORACLE_IP / KERASTUNER_ORACLE_PORT of the chief.")
+    parser.add_argument("--config", required=True, help="YAML config file (see configs/); its tune section")
+    parser.add_argument("--tuner", choices=["grid", "random", "bayesian"],
+                        help="KerasTuner oracle (default: the config's tune.tuner, grid)")
+    parser.add_argument("--max-trials", type=int, metavar="N",
+                        help="trials at most (default: the whole grid; 10 for random and bayesian)")
+    parser.add_argument("--output", help="search folder (default: the config's output_dir + '-tune')")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set benchmark.num_tasks=5 (repeatable)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the search folder and start again (default: resume it)")
+    parser.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0,
+                        help="progress inside each trial as in gcl_tf.train (default 0: a line per trial)")
+    return parser
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.max_trials is not None and args.max_trials < 1:
+        raise UserError(f"--max-trials: {args.max_trials} is out of range; allowed: 1 or more")
+    import_tensorflow()  # first, so a config error is the only line on stderr
+    try:
+        search(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
+               output_dir=args.output, overwrite=args.overwrite, verbose=args.verbose)
+    except Stopped as stop:  # SIGTERM or Ctrl-C during a trial's training
+        raise stop.with_hint("run the same command again (without --overwrite) to resume the search") from None
+    except KeyboardInterrupt:
+        print("\ninterrupted: run the same command again (without --overwrite) to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

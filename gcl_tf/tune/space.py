@@ -1,0 +1,159 @@
+"""What a search may search: the GCL paper's grids (:data:`PAPER_GRIDS`) and the check of a
+search space against a config's keys (the chosen method's included)."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+
+from gcl_tf.errors import ConfigError
+from gcl_tf.schema import _check_range, _coerce, _describe, _type_name
+
+_OPTIMIZERS = ["adam", "sgd"]
+_LEARNING_RATES = [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0]
+
+# The GCL paper's appendix "Hyper-parameters" grids (after GEM's), keyed by config keys.
+# A-GEM and iCaRL have no grid in the appendix: they get the optimizer and learning-rate grid.
+PAPER_GRIDS = {
+    "finetune": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
+    "er": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
+    "ewc": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES,
+            "method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]},  # "regularization"
+    "gem": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES,
+            "method.margin": [0.0, 0.1, 0.5, 1.0]},
+    "agem": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
+    "mer": {"train.optimizer": ["sgd"], "train.learning_rate": _LEARNING_RATES,
+            "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]},  # within-batch meta-learning rate
+    "icarl": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
+    "gcl": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES,
+            "method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
+            "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
+            "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]},
+}
+
+
+def paper_grid(method: str) -> dict:
+    if method not in PAPER_GRIDS:
+        raise ConfigError(f"tune.space: no default grid for method {method}; give tune.space in the config")
+    return copy.deepcopy(PAPER_GRIDS[method])
+
+
+# ----------------------------------------------------------------------------- the check of a space
+
+# Keys a search may not vary: they decide what a trial is and how it is scored.
+_NOT_TUNABLE = ("method.name", "eval.split", "output_dir")
+_RANGE_KEYS = ("min", "max", "log", "step")
+
+
+def tunable_keys(config) -> dict:
+    """Every key a search may vary -> (its type annotation, its field metadata), in config order."""
+    keys = {}
+
+    def walk(obj, prefix):
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            key = prefix + f.name
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                if key != "tune":
+                    walk(value, key + ".")
+            elif key not in _NOT_TUNABLE:
+                keys[key] = (hints[f.name], f.metadata)
+
+    walk(config, "")
+    return keys
+
+
+def _unknown_space_key(key, keys: dict, where: str) -> str:
+    if key in _NOT_TUNABLE or str(key).split(".")[0] in ("tune", "presets"):
+        return f"{where}: '{key}' cannot be searched (it decides what a trial is and how it is scored)"
+    section = str(key).split(".")[0] + "."
+    same_section = [k for k in keys if k.startswith(section)]
+    allowed = same_section or sorted({k.split(".")[0] + (".<key>" if "." in k else "") for k in keys})
+    return f"{where}: unknown key '{key}'; allowed: {', '.join(allowed)}"
+
+
+def _numeric_base(tp):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else None
+    return tp if tp in (int, float) else None
+
+
+def _choices(values, tp, metadata, where: str) -> list:
+    if not values:
+        raise ConfigError(f"{where}: the list of values is empty; give at least one value")
+    out = []
+    for i, value in enumerate(values):
+        if value is None:
+            allowed = _type_name(tp).replace(' or null', '')
+            raise ConfigError(f"{where}[{i}]: null cannot be a choice; allowed: {allowed}")
+        value = _coerce(value, tp, f"{where}[{i}]")
+        if "range" in metadata:
+            _check_range(value, metadata["range"], f"{where}[{i}]")
+        if value in out and type(value) is type(out[out.index(value)]):
+            raise ConfigError(f"{where}[{i}]: {value!r} is listed twice; allowed: distinct values")
+        out.append(value)
+    if len({type(v) for v in out}) > 1:
+        raise ConfigError(f"{where}: mixes value types ({', '.join(repr(v) for v in out)}); allowed: one type")
+    return out
+
+
+def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
+    unknown = [k for k in spec if k not in _RANGE_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown range key '{unknown[0]}'; allowed: {', '.join(_RANGE_KEYS)}")
+    base = _numeric_base(tp)
+    if base is None:
+        raise ConfigError(f"{where}: a range needs a numeric key, this one takes {_type_name(tp)}; "
+                          "give a list of values")
+    out = {}
+    for bound in ("min", "max"):
+        if spec.get(bound) is None:
+            raise ConfigError(f"{where}: a range needs '{bound}'; allowed keys: {', '.join(_RANGE_KEYS)}")
+        out[bound] = _coerce(spec[bound], base, f"{where}.{bound}")
+        if "range" in metadata:
+            _check_range(out[bound], metadata["range"], f"{where}.{bound}")
+    if not out["min"] < out["max"]:
+        raise ConfigError(f"{where}: min {out['min']!r} is not below max {out['max']!r}; allowed: min < max")
+    out["log"] = _coerce(spec.get("log", False), bool, f"{where}.log")
+    if out["log"] and out["min"] <= 0:
+        raise ConfigError(f"{where}.log: a log range needs min > 0, got {out['min']!r}")
+    step = spec.get("step")
+    if step is not None:
+        step = _coerce(step, base, f"{where}.step")
+        _check_range(step, (0, None, True, False), f"{where}.step")
+    out["step"] = step
+    return out
+
+
+def search_space(config, space, tuner: str = "grid", where: str = "tune.space") -> dict:
+    """Check a search space against ``config``'s keys (the chosen method's included).
+
+    ``space`` maps dotted config keys to a list of values (choices) or to a numeric range
+    ``{min, max, log, step}`` (random and bayesian tuners only). Returns the space with its
+    values converted to the keys' types: ``{key: [values]}`` or ``{key: {min, max, log, step}}``.
+    """
+    if not isinstance(space, dict) or not space:
+        raise ConfigError(
+            f"{where}: expected a non-empty mapping from dotted config keys to lists of values "
+            f"or {{min, max}} ranges, got {_describe(space)}"
+        )
+    keys = tunable_keys(config)
+    out = {}
+    for key, spec in space.items():
+        if not isinstance(key, str) or key not in keys:
+            raise ConfigError(_unknown_space_key(key, keys, where))
+        tp, metadata = keys[key]
+        name = f"{where}.{key}"
+        if isinstance(spec, (list, tuple)):
+            out[key] = _choices(list(spec), tp, metadata, name)
+        elif isinstance(spec, dict):
+            if tuner == "grid":
+                raise ConfigError(f"{name}: a range needs the random or bayesian tuner; "
+                                  "allowed for grid: a list of values")
+            out[key] = _numeric_range(spec, tp, metadata, name)
+        else:
+            raise ConfigError(f"{name}: expected a list of values or a range {{min, max, log}}, got {_describe(spec)}")
+    return out

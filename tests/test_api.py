@@ -1,0 +1,191 @@
+"""The Python API: methods built from keywords with a user's backbone and tf.data stream, fit per
+task (task boundaries included), gcl_tf.benchmarks and gcl_tf.run."""
+import dataclasses
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+
+import gcl_tf
+from gcl_tf import methods
+from gcl_tf.errors import ConfigError
+
+
+def digits(task: int = 0, n: int = 300):
+    """``n`` scikit-learn digits (uint8 [n, 8, 8, 1], int64 labels), pixels permuted for ``task``."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)[..., None][:n]
+    if task:
+        order = np.random.default_rng(task).permutation(64)
+        images = images.reshape(len(images), 64)[:, order].reshape(images.shape)
+    return images, data.target[:n]
+
+
+def user_backbone():
+    import keras
+
+    return keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                             keras.layers.Dense(32, activation="relu"), keras.layers.Dense(32, activation="relu")])
+
+
+def test_user_backbone_and_plain_dataset_learn_per_task():
+    """The README's loop with a user's keras.Sequential and plain tf.data datasets of (images,
+    labels) batches, uint8 and float, of known and unknown length: a partial last batch is dropped
+    (one step shape, one trace), the steps are counted exactly, each fit is a task (EWC
+    consolidates after each), and the model learns."""
+    import keras
+    import tensorflow as tf
+
+    model = gcl_tf.EWC(backbone=user_backbone(), num_classes=10, num_tasks=2, ewc_lambda=1.0, fisher_samples=20)
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    traces = []
+    original = model.learn
+
+    def counting_learn(x, y):
+        traces.append(x.shape)
+        return original(x, y)
+
+    model.learn = counting_learn
+    accuracies = []
+    for task, scale in ((0, None), (1, 255.0)):
+        images, labels = digits(task)
+        x = images if scale is None else images.astype(np.float32) / scale
+        train = tf.data.Dataset.from_tensor_slices((x, labels)).batch(16)  # 300 = 18 x 16 + 12
+        if task == 1:  # a stream of unknown length: Keras runs each epoch until the input ends
+            train = train.filter(lambda images, labels: True)
+        model.fit(train, epochs=2, verbose=0)
+        assert int(model.current_task.numpy()) == task
+        accuracies.append(model.evaluate(train, verbose=0, return_dict=True)["accuracy"])
+    assert traces == [(16, 8, 8, 1)] * 2  # fixed shapes: traced once per image dtype (uint8, then float)
+    assert int(model.step_counter.numpy()) == 2 * 2 * 18
+    assert all(float(tf.reduce_sum(f)) > 0 for f in model.ewc.importance)  # consolidated after task 1
+    assert min(accuracies) > 0.35, accuracies  # chance: 0.1
+
+
+def test_the_api_builds_the_model_the_cli_builds(make_config):
+    """GCL(**keywords) with the config's values is the model methods.build makes from the config:
+    the same weights and memory after the same batches."""
+    import keras
+    import tensorflow as tf
+
+    from gcl_tf.backbones import mlp
+
+    config = make_config({"seed": 5, "method": {"name": "gcl", "memory_size": 30, "graph_lambda": 3.0,
+                                                "context_temperature": 0.5, "test_graph_samples": 4},
+                          "train": {"optimizer": "adam", "learning_rate": 0.003}})
+    images, labels = digits(0, 60)
+    batches = [(tf.constant(images[i:i + 10]), tf.constant(labels[i:i + 10], tf.int32)) for i in range(0, 60, 10)]
+    states = []
+    for build in ("cli", "api"):
+        keras.utils.set_random_seed(0)
+        if build == "cli":
+            model = methods.build(config, (8, 8, 1), 10)
+        else:
+            model = gcl_tf.GCL(mlp((8, 8, 1), 32), num_classes=10, memory_size=30, hidden_size=32, graph_lambda=3.0,
+                               context_temperature=0.5, test_graph_samples=4, seed=5, batch_size=10,
+                               eval_batch_size=128)
+        model.compile(optimizer=keras.optimizers.Adam(0.003))
+        for batch in batches:
+            model.train_step(batch)
+        states.append([v.numpy() for v in model.trainable_variables] + [model.memory.edge_logits.numpy()])
+    for a, b in zip(*states):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_constructor_keywords_are_the_config_keys_with_their_defaults():
+    """Every method's constructor takes each key of its Config with the same default, so the CLI
+    (methods.build) and the API build the same method; memory_size is declared once."""
+    from gcl_tf.config import MemoryMethodConfig
+
+    for name in methods.names():
+        module = methods.module(name)
+        parameters = inspect.signature(module.Method.__init__).parameters
+        for f in dataclasses.fields(module.Config):
+            if f.name == "name":
+                assert parameters["name"].default == name
+                continue
+            assert f.name in parameters, (name, f.name)
+            assert parameters[f.name].default == f.default, (name, f.name)
+        assert ("memory_size" in module.Config.__dataclass_fields__) == issubclass(module.Config, MemoryMethodConfig)
+        assert "memory_size" not in module.Config.__annotations__, name  # declared once, in MemoryMethodConfig
+
+
+def test_keywords_are_checked_and_the_input_shape_is_needed():
+    import keras
+
+    with pytest.raises(ConfigError, match=r"^ER.memory_size: 0 is out of range; allowed: \[1, inf\]$"):
+        gcl_tf.ER(num_classes=10, input_shape=(8, 8, 1), memory_size=0)
+    with pytest.raises(ConfigError, match="^GCL.context_batch: needs GCL.edge_memory: embeddings"):
+        gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), context_batch=10)
+    undeclared = keras.Sequential([keras.layers.Flatten(), keras.layers.Dense(8, activation="relu")])
+    with pytest.raises(ConfigError, match=r"^input_shape: er needs the shape of an image"):
+        gcl_tf.ER(undeclared, num_classes=10)
+    model = gcl_tf.ER(undeclared, num_classes=10, input_shape=(8, 8, 1))
+    assert model.image_shape == (8, 8, 1) and model.memory.images.shape == (1000, 8, 8, 1)
+
+
+def test_task_boundary_callback_names_the_task():
+    """TaskBoundary(task) gives a task-aware method the task's index and classes (multi-head
+    masks); without classes they are read from the stream."""
+    import keras
+    import tensorflow as tf
+
+    model = gcl_tf.GEM(num_classes=10, num_tasks=3, memory_size=30, multi_head=True, input_shape=(8, 8, 1))
+    model.compile(optimizer=keras.optimizers.SGD(0.05))
+    images, labels = digits(0, 200)
+    keep = labels < 2
+    stream = tf.data.Dataset.from_tensor_slices((images[keep], labels[keep])).batch(10)
+    model.fit(stream, callbacks=[gcl_tf.callbacks.TaskBoundary(2, stream)], verbose=0)
+    assert int(model.current_task.numpy()) == 2
+    np.testing.assert_array_equal(model.task_classes.masks.numpy()[2], np.arange(10) < 2)
+
+
+def test_benchmarks_give_the_cli_streams(make_config):
+    """gcl_tf.benchmarks.split yields the tasks of the CLI's benchmark for the same keys: the same
+    classes and training batches, test data as (images, labels)."""
+    from gcl_tf.data import ContinualBenchmark
+    from gcl_tf.data.streams import train_dataset
+
+    stream = gcl_tf.benchmarks.split(gcl_tf.data.load("digits"), num_tasks=2, classes_per_task=3,
+                                     samples_per_task=40, batch_size=8, seed=4)
+    config = make_config({"seed": 4, "benchmark": {"name": "split", "num_tasks": 2, "classes_per_task": 3,
+                                                   "samples_per_task": 40}})
+    reference = ContinualBenchmark(config.benchmark, 4)
+    assert len(stream) == 2 and stream.input_shape == (8, 8, 1) and stream.num_classes == 10
+    for task, ref in zip(stream, reference.tasks):
+        np.testing.assert_array_equal(task.classes, ref.classes)
+        expected, _ = train_dataset(ref.train, 8, 1, 4, ref.index)
+        for (x, y), (ex, ey) in zip(task.train, expected):
+            np.testing.assert_array_equal(x.numpy(), ex.numpy())
+            np.testing.assert_array_equal(y.numpy(), ey.numpy())
+        test_labels = np.concatenate([y.numpy() for _, y in task.test])
+        np.testing.assert_array_equal(test_labels, ref.test.labels)
+    with pytest.raises(ConfigError, match="benchmarks.split.num_tasks"):
+        gcl_tf.benchmarks.split("digits", num_tasks=0)
+
+
+def test_run_returns_the_results_it_writes(make_config, tmp_path):
+    config = make_config({"benchmark": {"num_tasks": 2, "samples_per_task": 50}})
+    results = gcl_tf.run(config, output_dir=str(tmp_path / "run"), method={"name": "er", "memory_size": 20},
+                         **{"train.epochs": 2})
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["config"]["method"] == {"name": "er", "memory_size": 20, "replay_batch_size": None}
+    assert saved["config"]["train"]["epochs"] == 2
+    np.testing.assert_array_equal(results.accuracy_matrix, np.array(saved["accuracy_matrix"]))
+    assert results.acc == saved["acc"] and results["train_steps"] == 2 * 2 * 5
+    assert "ACC" in str(results)
+
+
+def test_import_gcl_tf_is_light():
+    """``import gcl_tf`` imports neither TensorFlow nor a method; the names load on first use."""
+    code = ("import sys, gcl_tf; assert 'tensorflow' not in sys.modules, 'tensorflow'; "
+            "assert gcl_tf.GCL.__name__ == 'GCL' and 'tensorflow' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
