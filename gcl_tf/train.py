@@ -55,7 +55,10 @@ def model_class(config):
 
 
 def build_model(config, benchmark):
-    return model_class(config)(config, benchmark.input_shape, benchmark.num_classes)
+    from gcl_tf import precision
+
+    # its layers under the configured Keras dtype policy (train.mixed_precision)
+    return precision.build(model_class(config), config, benchmark.input_shape, benchmark.num_classes)
 
 
 def make_strategy(config, cls):

@@ -222,9 +222,9 @@ def classifier_step_flops(model, rows: int) -> float:
 
 # ----------------------------------------------------------------------------- models
 def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
-               steps_per_execution: int = 1, **method_keys):
+               steps_per_execution: int = 1, mixed_precision: str = "float32", **method_keys):
     from gcl_tf import config as config_lib
-    from gcl_tf import methods
+    from gcl_tf import methods, precision
 
     method_section = {"name": method, **method_keys}
     if memory is not None:
@@ -236,9 +236,9 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
         "model": {"backbone": backbone, "hidden_size": hidden},
         "train": {"optimizer": "adam" if method == "gcl" else "sgd",
                   "learning_rate": 0.001 if method == "gcl" else 0.1,
-                  "steps_per_execution": steps_per_execution},
+                  "steps_per_execution": steps_per_execution, "mixed_precision": mixed_precision},
     })
-    model = methods.method_class(method)(config, input_shape, 10)
+    model = precision.build(methods.method_class(method), config, input_shape, 10)
     model.compile_for_training(config.train)
     return model
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from gcl_tf.data.streams import to_float
 from gcl_tf.memory import state_variable
+from gcl_tf.precision import float32, wrap_optimizer
 
 NEG_INF = -1e9
 
@@ -39,8 +40,8 @@ def mask_logits(logits, class_mask):
 
 
 def cross_entropy(labels, logits):
-    """Per-sample softmax cross-entropy [N]."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=logits)
+    """Per-sample softmax cross-entropy [N], in float32 (logits of a mixed-precision layer are cast)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=float32(logits))
 
 
 def _for_keras_reduction(logs: dict) -> dict:
@@ -60,6 +61,9 @@ class ContinualModel(keras.Model):
     supports_distribution = False
 
     def __init__(self, config, input_shape, num_classes: int, **kwargs):
+        # The method itself computes in float32 whatever train.mixed_precision gives its layers
+        # (gcl_tf/precision.py): no autocast of its own weights, float32 around the layers.
+        kwargs.setdefault("dtype", "float32")
         super().__init__(name=config.method.name, **kwargs)
         self.config = config
         self.method_config = config.method
@@ -82,7 +86,7 @@ class ContinualModel(keras.Model):
 
     def predict_log_probs(self, x, class_mask):
         """Default: log-softmax of the masked logits of ``self(x)``."""
-        logits = self(x, training=False)
+        logits = float32(self(x, training=False))
         return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
 
     def on_task_start(self, task_index: int, classes) -> None:
@@ -119,10 +123,14 @@ class ContinualModel(keras.Model):
         """Raise a ConfigError if the method's own batch sizes do not split over ``replicas``."""
 
     def compile_for_training(self, train_config) -> None:
-        """Compile with the configured optimizer and build its slots (so the step traces once)."""
+        """Compile with the configured optimizer (in a LossScaleOptimizer under mixed_float16) and
+        build its slots (so the step traces once); ``jit_compile: auto`` is decided here, for the
+        device and strategy the model is built under (gcl_tf/devices.py)."""
+        from gcl_tf.devices import resolve_jit_compile
+
         self.compile(
-            optimizer=make_optimizer(train_config),
-            jit_compile=train_config.jit_compile,
+            optimizer=wrap_optimizer(make_optimizer(train_config), train_config.mixed_precision),
+            jit_compile=resolve_jit_compile(train_config.jit_compile, deterministic=train_config.deterministic or None),
             steps_per_execution=train_config.steps_per_execution,
         )
         self.optimizer.build(self.trainable_variables)
@@ -175,8 +183,15 @@ class ContinualModel(keras.Model):
         return tf.exp(self.predict_log_probs(x, mask))
 
     def apply_gradients(self, tape, loss, variables=None):
+        """Gradients of ``loss`` applied by the optimizer. Under a ``LossScaleOptimizer``
+        (mixed_float16) the loss is scaled (the tape's output gradient is the loss scale) and the
+        optimizer unscales them and skips a step whose gradients overflowed; returns them as the
+        tape gave them."""
         variables = self.trainable_variables if variables is None else variables
-        grads = tape.gradient(loss, variables)
+        scale = None
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            scale = tf.cast(self.optimizer.scale_loss(tf.ones_like(loss, tf.float32)), loss.dtype)
+        grads = tape.gradient(loss, variables, output_gradients=scale)
         self.optimizer.apply(grads, variables)
         return grads
 
