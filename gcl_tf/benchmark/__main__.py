@@ -23,6 +23,7 @@ COMMANDS = {
 # ---- optional subcommands: registered only when their module is present ------------------
 OPTIONAL_COMMANDS = {
     "throughput": "gcl_tf.benchmark.throughput",  # written separately (speed measurements)
+    "gpu": "gcl_tf.benchmark.gpu",  # the GPU check (docs/gpu.md)
 }
 for _name, _module in OPTIONAL_COMMANDS.items():
     if importlib.util.find_spec(_module) is not None:
@@ -33,6 +34,7 @@ SUMMARIES = {
     "paper": "run the paper's experiments (resumable) and write its tables and figures",
     "plots": "redraw every table and figure of a suite from its saved results (no training)",
     "throughput": "speed measurements (gcl_tf/benchmark/throughput.py)",
+    "gpu": "the GPU check: speed with XLA and mixed precision, placement, a mirrored run (docs/gpu.md)",
 }
 
 
