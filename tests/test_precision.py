@@ -152,6 +152,11 @@ def test_a_mixed_precision_run_resumes_from_its_checkpoint_exactly(policy, make_
     if policy == "mixed_float16":  # the loss scale is part of the state
         assert any("scale" in n for n in a), sorted(a)
     assert np.isfinite(whole["acc"])
+    # the run loads for export (its layers in float32 there: the weights are float32 either way)
+    from gcl_tf import export
+
+    model, _, _ = export.load_run(str(tmp_path / "whole"))
+    assert int(model.step_counter.numpy()) == 8
 
 
 # ----------------------------------------------------------------------------- jit_compile: auto
