@@ -150,3 +150,7 @@ def test_the_verdict_reads_the_xla_rows():
     off = verdict(rows([15.0, 12.0]), "GPU")
     assert off["supported"] is False and "overturns" in off["text"] and "JIT_COMPILE_BY_DEVICE['GPU'] = False" in off["text"]
     assert verdict(rows([15.0, 12.0]), "CPU")["agrees"] is True
+    # the evaluation is compiled with the same setting: XLA must not lose there either
+    slow_evaluation = rows([5.0, 6.0]) + [{"what": "GCL evaluation", "ms": {"float32": 1.0, "float32 + XLA": 3.0}}]
+    both = verdict(slow_evaluation, "GPU")
+    assert both["supported"] is False and "slower on the evaluation" in both["text"]
