@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
@@ -89,8 +89,12 @@ class TrainConfig:
     epochs: int = field(default=1, metadata=_range(1))
     optimizer: Literal["sgd", "adam"] = "sgd"
     learning_rate: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
-    # Compile the training step with XLA (measured slower on CPU: off by default).
-    jit_compile: bool = False
+    # Compile the training step with XLA: true, false, or auto (by device type: off on CPU, where
+    # XLA was measured ~7x slower; on on a GPU; gcl_tf/devices.py, docs/gpu.md).
+    jit_compile: Union[bool, Literal["auto"]] = "auto"
+    # Keras dtype policy of the layers: float32, or mixed precision (float16 with loss scaling, or
+    # bfloat16); losses and GCL's graph math stay float32 (gcl_tf/precision.py, docs/gpu.md).
+    mixed_precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     # Training steps run per call of the compiled function (Keras steps_per_execution).
     steps_per_execution: int = field(default=1, metadata=_range(1))
     # Write per-step loss terms to TensorBoard every this many steps (0: never).
@@ -267,6 +271,9 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError(
             "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"
         )
+    from gcl_tf import precision  # (no TensorFlow import)
+
+    precision.check(config.method.name, config.train.mixed_precision)
     check_method = getattr(config.method, "check", None)
     if check_method is not None:  # a method's own cross-key rules
         check_method(config)

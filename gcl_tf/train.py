@@ -60,9 +60,10 @@ def model_class(config):
 
 
 def build_model(config, benchmark):
-    from gcl_tf import methods
+    from gcl_tf import precision
 
-    return methods.build(config, benchmark.input_shape, benchmark.num_classes)
+    # the method's layers under the configured Keras dtype policy (train.mixed_precision)
+    return precision.build(config, benchmark.input_shape, benchmark.num_classes)
 
 
 def make_strategy(config, cls):

@@ -109,3 +109,7 @@ def _seeded_global_rngs():
 
     keras.utils.set_random_seed(0)
     yield
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test that takes more than about 10 seconds here")

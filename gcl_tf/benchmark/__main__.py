@@ -24,6 +24,7 @@ COMMANDS = {
 # ---- optional subcommands: registered only when their module is present ------------------
 OPTIONAL_COMMANDS = {
     "throughput": "gcl_tf.benchmark.throughput",  # written separately (speed measurements)
+    "gpu": "gcl_tf.benchmark.gpu",  # the GPU check (docs/gpu.md)
 }
 for _name, _module in OPTIONAL_COMMANDS.items():
     if importlib.util.find_spec(_module) is not None:
@@ -35,6 +36,7 @@ SUMMARIES = {
     "plots": "redraw every table and figure of a suite from its saved results (no training)",
     "presets": "check that every config's presets learn on a short stream of real data",
     "throughput": "speed measurements (gcl_tf/benchmark/throughput.py)",
+    "gpu": "the GPU check: speed with XLA and mixed precision, placement, a mirrored run (docs/gpu.md)",
 }
 
 

@@ -222,9 +222,9 @@ def classifier_step_flops(model, rows: int) -> float:
 
 # ----------------------------------------------------------------------------- models
 def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
-               steps_per_execution: int = 1, **method_keys):
+               steps_per_execution: int = 1, mixed_precision: str = "float32", **method_keys):
     from gcl_tf import config as config_lib
-    from gcl_tf import methods
+    from gcl_tf import precision
 
     method_section = {"name": method, **method_keys}
     if memory is not None:
@@ -236,9 +236,9 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
         "model": {"backbone": backbone, "hidden_size": hidden},
         "train": {"optimizer": "adam" if method == "gcl" else "sgd",
                   "learning_rate": 0.001 if method == "gcl" else 0.1,
-                  "steps_per_execution": steps_per_execution},
+                  "steps_per_execution": steps_per_execution, "mixed_precision": mixed_precision},
     })
-    model = methods.build(config, input_shape, 10)
+    model = precision.build(config, input_shape, 10)
     model.compile_for_training(config.train)
     return model
 
@@ -275,9 +275,9 @@ def fill_memory(step, model, input_shape):
     return x[-10:], y[-10:]
 
 
-def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False, reference=None):
-    """Median seconds per training step once the memory is full, the number of traces, and the
-    matmul's GFLOP/s timed in turns with the steps (None without a ``reference``)."""
+def prepare_train_step(model, input_shape, jit_compile: bool = False):
+    """``(one, traces)``: ``one()`` runs one compiled training step on a batch not yet seen, once
+    the memory is full, and waits for it (reads its loss); ``traces`` counts the step's traces."""
     import tensorflow as tf
 
     step, traces = counting_step(model, jit_compile)
@@ -288,6 +288,33 @@ def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False,
         logs = step(bx, by)
         float(logs["loss"])
 
+    return one, traces
+
+
+def prepare_evaluation(model, images, samples: int, jit_compile: bool = False):
+    """``evaluation()``: one GCL evaluation pass over the test batches ``images`` with ``samples``
+    graph samples, as the training loop runs it (inside ``model.evaluation_scope()``, after a
+    step counter move: every pass draws its own noise); traced by its first call here."""
+    import tensorflow as tf
+
+    mask = tf.ones([model.num_classes], tf.bool)
+    predict = tf.function(lambda x: model.predict_log_probs(x, mask, samples=samples), jit_compile=jit_compile)
+
+    def evaluation():
+        model.step_counter.assign_add(1)  # a new evaluation: a new seed
+        with model.evaluation_scope():
+            for batch in images:
+                out = predict(batch)
+            out.numpy()
+
+    evaluation()
+    return evaluation
+
+
+def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False, reference=None):
+    """Median seconds per training step once the memory is full, the number of traces, and the
+    matmul's GFLOP/s timed in turns with the steps (None without a ``reference``)."""
+    one, traces = prepare_train_step(model, input_shape, jit_compile)
     if reference is None:
         return median_seconds(one, repeats), len(traces), None
     seconds, rate = reference.paired(one, repeats)

@@ -31,6 +31,7 @@ import tensorflow as tf
 from gcl_tf.data.streams import to_float
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
+from gcl_tf.precision import float32, wrap_optimizer
 
 NEG_INF = -1e9
 
@@ -65,8 +66,8 @@ def mask_logits(logits, class_mask):
 
 
 def cross_entropy(labels, logits):
-    """Per-sample softmax cross-entropy [N]."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=logits)
+    """Per-sample softmax cross-entropy [N], in float32 (logits of a mixed-precision layer are cast)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=float32(logits))
 
 
 def _for_keras_reduction(logs: dict) -> dict:
@@ -87,7 +88,9 @@ class ContinualModel(keras.Model):
 
     def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
                  batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, name: Optional[str] = None):
-        super().__init__(name=name or type(self).__name__.lower())
+        # The method itself computes in float32 whatever train.mixed_precision gives its layers
+        # (gcl_tf/precision.py): no autocast of its own weights, float32 around the layers.
+        super().__init__(name=name or type(self).__name__.lower(), dtype="float32")
         self.image_shape = infer_input_shape(input_shape, backbone, self.name)
         self.num_classes = int(num_classes)
         self.seed = int(seed)
@@ -130,7 +133,7 @@ class ContinualModel(keras.Model):
 
     def predict_log_probs(self, x, class_mask):
         """Default: log-softmax of the masked logits of ``self(x)``."""
-        logits = self(x, training=False)
+        logits = float32(self(x, training=False))
         return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
 
     def on_task_begin(self, task_index: int, classes) -> None:
@@ -235,10 +238,14 @@ class ContinualModel(keras.Model):
         self.optimizer.build(self.trainable_variables)
 
     def compile_for_training(self, train_config) -> None:
-        """Compile with the configured optimizer (the config's ``train`` section)."""
+        """Compile with the configured optimizer (in a LossScaleOptimizer under mixed_float16; the
+        config's ``train`` section); ``jit_compile: auto`` is decided here, for the device and
+        strategy the model is built under (gcl_tf/devices.py)."""
+        from gcl_tf.devices import resolve_jit_compile
+
         self.compile(
-            optimizer=make_optimizer(train_config),
-            jit_compile=train_config.jit_compile,
+            optimizer=wrap_optimizer(make_optimizer(train_config), train_config.mixed_precision),
+            jit_compile=resolve_jit_compile(train_config.jit_compile, deterministic=train_config.deterministic or None),
             steps_per_execution=train_config.steps_per_execution,
         )
 
@@ -297,8 +304,15 @@ class ContinualModel(keras.Model):
         return tf.exp(self.predict_log_probs(x, mask))
 
     def apply_gradients(self, tape, loss, variables=None):
+        """Gradients of ``loss`` applied by the optimizer. Under a ``LossScaleOptimizer``
+        (mixed_float16) the loss is scaled (the tape's output gradient is the loss scale) and the
+        optimizer unscales them and skips a step whose gradients overflowed; returns them as the
+        tape gave them."""
         variables = self.trainable_variables if variables is None else variables
-        grads = tape.gradient(loss, variables)
+        scale = None
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            scale = tf.cast(self.optimizer.scale_loss(tf.ones_like(loss, tf.float32)), loss.dtype)
+        grads = tape.gradient(loss, variables, output_gradients=scale)
         self.optimizer.apply(grads, variables)
         return grads
 

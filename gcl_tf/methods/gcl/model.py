@@ -40,6 +40,7 @@ from gcl_tf.methods.gcl.graph import (
     sampled_graph,
     update_edge_memory,
 )
+from gcl_tf.precision import float32
 
 SALT_TRAIN_GRAPH = 201
 SALT_TEST_GRAPH = 202
@@ -128,9 +129,10 @@ class GCL(ContinualModel):
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
-        """Trunk + heads: (u edge embeddings [N, H], l latent embeddings [N, H])."""
+        """Trunk + heads: (u edge embeddings [N, H], l latent embeddings [N, H]), in float32 (the
+        layers compute under train.mixed_precision's policy; the graph math takes float32)."""
         features = self.trunk(images, training=training)
-        return self.edge_head(features), self.latent_head(features)
+        return float32(self.edge_head(features)), float32(self.latent_head(features))
 
     def embed_step(self, context_images, x):
         """:meth:`embed` (training mode) of the contexts then the targets   [k + T, H] each.
@@ -143,7 +145,7 @@ class GCL(ContinualModel):
             features = tf.concat([self.trunk(context_images, training=True), self.trunk(x, training=True)], axis=0)
         else:
             features = self.trunk(tf.concat([context_images, x], axis=0), training=True)
-        return self.edge_head(features), self.latent_head(features)
+        return float32(self.edge_head(features)), float32(self.latent_head(features))
 
     def context_values(self, latents, labels, valid):
         """What the graphs aggregate: ``[l, one_hot(y), 1]`` of each context, 0 for invalid
@@ -178,7 +180,7 @@ class GCL(ContinualModel):
 
     def classify(self, graph, values):
         """f_theta3(ReLU(Z)) -> logits [..., K]."""
-        logits = self.output_head(tf.nn.relu(self.aggregate(graph, values)))
+        logits = float32(self.output_head(tf.nn.relu(self.aggregate(graph, values))))
         return tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
 
     def call(self, x, training=False):
