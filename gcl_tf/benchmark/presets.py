@@ -64,15 +64,16 @@ def is_rgb(config) -> bool:
 def check_config(config_path: str, method: str, data: Data, num_tasks: int = 3, samples_per_task: int = 500,
                  validation_fraction: float = 0.2, seed: int = 0, data_classes: int = 10):
     """The config of ``config_path`` with ``method``'s preset, on ``data``: its protocol cut to
-    ``num_tasks`` tasks of ``samples_per_task`` samples (a split to ``data_classes`` classes),
-    evaluated on validation splits."""
+    ``num_tasks`` tasks of ``samples_per_task`` samples (None: all of a task's; a split to
+    ``data_classes`` classes), evaluated on validation splits."""
     from gcl_tf import config as config_lib
 
     raw = config_lib.load_yaml(config_path)
     base = config_lib.resolve(raw, [f"method.name={method}"])
     tasks = num_tasks
     overrides = [f"method.name={method}", f"seed={seed}", *data.overrides(),
-                 f"benchmark.samples_per_task={samples_per_task}", "benchmark.test_samples_per_task=null",
+                 f"benchmark.samples_per_task={'null' if samples_per_task is None else samples_per_task}",
+                 "benchmark.test_samples_per_task=null",
                  f"benchmark.validation_fraction={validation_fraction}", "eval.split=validation",
                  "train.verbose=0", "train.checkpoint_every=0"]
     if base.benchmark.name == "split":
