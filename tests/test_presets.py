@@ -13,7 +13,8 @@ from gcl_tf import config as config_lib
 from gcl_tf.benchmark import presets
 from gcl_tf.errors import UserError
 
-CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "configs", "*.yaml")))
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
+CONFIGS = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.yaml")))
 
 
 def test_learns_needs_each_new_task_far_above_chance():
@@ -28,8 +29,8 @@ def test_learns_needs_each_new_task_far_above_chance():
 
 def test_check_config_keeps_the_preset_and_protocol_and_cuts_a_split_to_the_data():
     data = presets.Data.parse("idx:/data/fashion-mnist", "--mnist-like")
-    config = presets.check_config("configs/split_cifar100.yaml", "gcl", data, num_tasks=3, samples_per_task=200)
-    preset = config_lib.load_config("configs/split_cifar100.yaml", ["method.name=gcl"])
+    config = presets.check_config(os.path.join(CONFIG_DIR, "split_cifar100.yaml"), "gcl", data, num_tasks=3, samples_per_task=200)
+    preset = config_lib.load_config(os.path.join(CONFIG_DIR, "split_cifar100.yaml"), ["method.name=gcl"])
     assert config.method == preset.method and config.model == preset.model and config.train.learning_rate == \
         preset.train.learning_rate
     b = config.benchmark
@@ -37,7 +38,7 @@ def test_check_config_keeps_the_preset_and_protocol_and_cuts_a_split_to_the_data
     assert (b.num_tasks, b.classes_per_task, b.samples_per_task) == (3, 3, 200)
     assert (b.source, b.path, config.eval.split) == ("idx", "/data/fashion-mnist", "validation")
     assert b.validation_fraction > 0 and b.image_size is None
-    rotated = presets.check_config("configs/rotated_mnist.yaml", "er", data, num_tasks=4)
+    rotated = presets.check_config(os.path.join(CONFIG_DIR, "rotated_mnist.yaml"), "er", data, num_tasks=4)
     assert (rotated.benchmark.name, rotated.benchmark.num_tasks, rotated.method.name) == ("rotated", 4, "er")
 
 
