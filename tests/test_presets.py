@@ -29,7 +29,8 @@ def test_learns_needs_each_new_task_far_above_chance():
 
 def test_check_config_keeps_the_preset_and_protocol_and_cuts_a_split_to_the_data():
     data = presets.Data.parse("idx:/data/fashion-mnist", "--mnist-like")
-    config = presets.check_config(os.path.join(CONFIG_DIR, "split_cifar100.yaml"), "gcl", data, num_tasks=3, samples_per_task=200)
+    path = os.path.join(CONFIG_DIR, "split_cifar100.yaml")
+    config = presets.check_config(path, "gcl", data, num_tasks=3, samples_per_task=200)
     preset = config_lib.load_config(os.path.join(CONFIG_DIR, "split_cifar100.yaml"), ["method.name=gcl"])
     assert config.method == preset.method and config.model == preset.model and config.train.learning_rate == \
         preset.train.learning_rate
