@@ -7,7 +7,9 @@ The Python API (docs/api.md), imported on first use so that ``import gcl_tf`` st
 - ``gcl_tf.data.load(name, source=..., path=...)`` and ``gcl_tf.benchmarks.permuted/rotated/split``:
   continual streams of tasks with ``.train`` and ``.test`` tf.data datasets;
 - ``gcl_tf.callbacks.TaskBoundary``: a task's boundaries for ``fit``;
-- ``gcl_tf.run(config_or_path, **overrides) -> Results``: a whole run from a config, as the CLI.
+- ``gcl_tf.run(config_or_path, **overrides) -> Results``: a whole run from a config, as the CLI;
+- ``gcl_tf.load_model(path)``: a learner saved whole (``model.save("learner.keras")`` or a run's
+  ``DIR/learner.keras``), memory included, ready to go on learning.
 """
 import importlib
 
@@ -24,8 +26,9 @@ _EXPORTS = {
     "Finetune": ("gcl_tf.methods.finetune", "Finetune"),
     "run": ("gcl_tf.api", "run"),
     "Results": ("gcl_tf.api", "Results"),
+    "load_model": ("gcl_tf.saving", "load_model"),
 }
-_SUBMODULES = ("api", "benchmarks", "callbacks", "config", "data", "methods")
+_SUBMODULES = ("api", "benchmarks", "callbacks", "config", "data", "methods", "saving")
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES)
 

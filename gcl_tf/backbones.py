@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras import layers
 
 
+@keras.saving.register_keras_serializable(package="gcl_tf")
 class FusedBatchNormalization(layers.BatchNormalization):
     """``keras.layers.BatchNormalization`` computed by TensorFlow's fused kernel (FusedBatchNormV3)
     for 4-D float32 channels-last inputs: one op forward and one backward instead of Keras 3's

@@ -45,8 +45,8 @@ MAX_TO_KEEP = 2
 
 class Progress(tf.Module):
     """Where a run is, saved with the model: ``task`` tasks are finished and ``batch`` batches of
-    task ``task`` are done; the accuracy matrix rows of the finished tasks (NaN elsewhere) and the
-    seconds spent training each task and evaluating."""
+    task ``task`` are done; the accuracy matrix rows of the finished tasks (NaN elsewhere), the
+    seconds spent training each task and evaluating, and where the run's learner started."""
 
     def __init__(self, num_tasks: int, name: str = "progress"):
         super().__init__(name=name)
@@ -58,6 +58,10 @@ class Progress(tf.Module):
             self.task_seconds = tf.Variable(tf.zeros([num_tasks], tf.float64), trainable=False, name="task_seconds")
             self.eval_seconds = tf.Variable(tf.constant(0.0, tf.float64), trainable=False, name="eval_seconds")
             self.eval_samples = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="eval_samples")
+            # Where the run's learner started (a learner from init_from, else 0): the tasks it had
+            # begun (this run's task i is the learner's task offset + i) and its step counter.
+            self.task_offset = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="task_offset")
+            self.first_step = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="first_step")
 
     def record(self, task: int, batch: int, accuracy, task_seconds, eval_seconds: float, eval_samples: int) -> None:
         self.task.assign(task)

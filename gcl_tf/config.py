@@ -51,6 +51,10 @@ class BenchmarkConfig:
     # tfds: optional TFDS data_dir.
     path: Optional[str] = None
     num_tasks: int = field(default=20, metadata=_range(1))
+    # The protocol's tasks this run learns, by index (0 .. num_tasks - 1), in the order given
+    # (null: all of them). Task t is the same data whichever tasks run with it, so a stream can be
+    # learned in parts: tasks [0, 1] now, and later, from that run's learner (init_from), [2, 3].
+    tasks: Optional[list[int]] = None
     # Training samples drawn per task (null: all the task's training samples).
     samples_per_task: Optional[int] = field(default=1000, metadata=_range(1))
     # Test samples per task (null: the task's whole test split).
@@ -149,6 +153,10 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     output_dir: str = "runs/default"
+    # A finished run's folder: this run starts from its learner (DIR/learner.keras: weights,
+    # optimizer state and memory) instead of a new one, and learns this config's tasks after the
+    # learner's (docs/api.md, "Keep learning later"). null: a new learner.
+    init_from: Optional[str] = None
     tune: TuneConfig = field(default_factory=TuneConfig)
 
     def to_dict(self) -> dict:
@@ -267,6 +275,12 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError(f"benchmark.path: required for source {b.source}; give the data location")
     if b.multi_head and b.name != "split":
         raise ConfigError("benchmark.multi_head: only the split protocol has per-task classes; allowed: false")
+    if b.tasks is not None:
+        bad = [t for t in b.tasks if not 0 <= t < b.num_tasks]
+        if bad or len(set(b.tasks)) != len(b.tasks) or not b.tasks:
+            what = f"{bad[0]} is not a task of the {b.num_tasks}" if bad else "tasks repeat or none is given among the"
+            raise ConfigError(f"benchmark.tasks: {what} (benchmark.num_tasks); allowed: distinct indices from 0 to "
+                              f"{b.num_tasks - 1}, or null for all")
     if config.eval.split == "validation" and b.validation_fraction <= 0:
         raise ConfigError(
             "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"

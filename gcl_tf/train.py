@@ -3,9 +3,11 @@
 Tasks are learned in order with ``model.fit`` (one online epoch by default); at the end of each
 task every task is evaluated (a Keras callback), filling the accuracy matrix ``R[i][j]``.
 Writes ``DIR/results.json`` (never overwritten without ``--overwrite``), ``DIR/config.yaml``,
-``DIR/model.json`` (what ``gcl_tf.export`` needs besides the checkpoint), TensorBoard logs under
+``DIR/model.json`` (what ``gcl_tf.export`` needs besides the checkpoint), ``DIR/learner.keras``
+(the learner saved whole, memory included: ``gcl_tf.load_model``), TensorBoard logs under
 ``DIR/tensorboard`` and checkpoints under ``DIR/checkpoints`` (every ``train.checkpoint_every``
-steps and at every task end); ``--resume`` continues a killed run from its last checkpoint.
+steps and at every task end); ``--resume`` continues a killed run from its last checkpoint;
+``--init-from RUN_DIR`` starts from a finished run's learner (gcl_tf/learner.py).
 One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
 checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 """
@@ -19,6 +21,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import json
 import shlex
 import shutil
 import sys
@@ -32,6 +35,7 @@ from gcl_tf import config as config_lib
 from gcl_tf.errors import DiskError, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import StopSignals, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic, write_npz_atomic
+from gcl_tf.learner import LEARNER, write_learner
 from gcl_tf.quiet import import_tensorflow
 
 RESULTS = "results.json"
@@ -94,9 +98,10 @@ def is_chief(strategy) -> bool:
                                      "chief" not in resolver.cluster_spec().as_dict())
 
 
-def build_training_state(config, benchmark, output_dir: str, resume_from=None):
+def build_training_state(config, benchmark, output_dir: str, resume_from=None, init_from=None):
     """The compiled model and its checkpoints, restored from the newest of ``resume_from`` (the
-    checkpoints to resume from, newest first) that restores, if given.
+    checkpoints to resume from, newest first) that restores, if given; else, with ``init_from``
+    (:func:`gcl_tf.learner.check_init_from`'s answer), starting from that run's learner.
 
     Everything that creates variables happens here (a distribution strategy's scope goes around
     this call).
@@ -108,6 +113,12 @@ def build_training_state(config, benchmark, output_dir: str, resume_from=None):
     checkpoints = RunCheckpoints(model, benchmark.num_tasks, output_dir)
     if resume_from is not None:
         checkpoints.restore_newest(resume_from)
+    elif init_from is not None:
+        from gcl_tf.learner import start_from_learner
+
+        offset = start_from_learner(model, init_from["learner"], config, benchmark.num_tasks)
+        checkpoints.progress.task_offset.assign(offset)
+        checkpoints.progress.first_step.assign(int(model.step_counter.numpy()))
     return model, checkpoints
 
 
@@ -137,7 +148,7 @@ def start_output(output_dir: str, config, benchmark) -> None:
 
     os.makedirs(output_dir, exist_ok=True)
     shutil.rmtree(checkpoint_dir(output_dir), ignore_errors=True)
-    for name in (RESULTS, ARTIFACTS):
+    for name in (RESULTS, ARTIFACTS, LEARNER):
         if os.path.exists(os.path.join(output_dir, name)):
             os.unlink(os.path.join(output_dir, name))
     write_atomic(os.path.join(output_dir, "config.yaml"), config_lib.config_to_yaml(config))
@@ -186,15 +197,21 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         with tempfile.TemporaryDirectory(prefix="gcl_tf-worker-") as scratch:
             return run(config, output_dir=scratch, overwrite=True, verbose=0, benchmark=benchmark,
                        _strategy=strategy)
+    init_from = None
+    if config.init_from is not None and not resume:  # a resumed run restores its own checkpoint
+        from gcl_tf.learner import check_init_from
+
+        init_from = check_init_from(config, benchmark, output_dir)
     check_memory(config, benchmark.input_shape)
     # Multi-worker training stops together or not at all: there a signal ends the process.
     with exclusive(output_dir), StopSignals(enabled=config.train.distribute != "multi_worker") as stop:
         check_output(output_dir, overwrite, resume)  # again, now that no other run can change the folder
         resume_from = check_resumable(output_dir, config) if resume else None
-        return _train(config, output_dir, verbose, benchmark, strategy, resume_from, stop)
+        return _train(config, output_dir, verbose, benchmark, strategy, resume_from, stop, init_from)
 
 
-def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, stop: StopSignals) -> dict:
+def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, stop: StopSignals,
+           init_from=None) -> dict:
     """:func:`run` in the folder it holds: build (or restore) the model, train, write the results."""
     import tensorflow as tf
 
@@ -206,7 +223,7 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
     if strategy is not None:  # a distributed iterator reports its end as running out of data
         warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from)
+        model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from, init_from)
     resumed_step = checkpoints.saved_step  # None for a fresh run
     if resume_from is None:
         start_output(output_dir, config, benchmark)
@@ -214,6 +231,8 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
     T = benchmark.num_tasks
     progress = checkpoints.progress
     first_task, skip = int(progress.task.numpy()), int(progress.batch.numpy())
+    # This run's task i is the learner's task offset + i (offset > 0: a learner from init_from).
+    offset, first_step = int(progress.task_offset.numpy()), int(progress.first_step.numpy())
     writer = tf.summary.create_file_writer(os.path.join(output_dir, "tensorboard"))
     evaluator = TaskEndEvaluation(benchmark, config.eval.split, config.eval.batch_size, writer, verbose=verbose > 0,
                                   strategy=strategy)
@@ -255,8 +274,8 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
 
     periodic = PeriodicCheckpoint(config.train.checkpoint_every, save_mid_task, checkpoints.check_finite,
                                   stop=stop_if_asked)
-    for task in benchmark.tasks[first_task:]:
-        i = task.index
+    for i in range(first_task, T):
+        task = benchmark.tasks[i]  # its data is the protocol's task task.index
         done = skip if i == first_task else 0
         if verbose:
             resumed = f", resumed at batch {done}" if done else ""
@@ -264,12 +283,12 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
         # The whole stream of the task goes to the task-end hooks (EWC's Fisher, iCaRL's
         # exemplars read it); a resumed task trains on the rest of it, as one pass.
         augment = config.benchmark.augment
-        dataset, steps = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i,
-                                       augment=augment)
+        dataset, steps = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed,
+                                       task.index, augment=augment)
         total = steps * config.train.epochs
         if done:
-            remaining, _ = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed, i,
-                                         skip_batches=done, augment=augment)
+            remaining, _ = train_dataset(task.train, config.train.batch_size, config.train.epochs, config.seed,
+                                         task.index, skip_batches=done, augment=augment)
             fit_args = dict(x=remaining, epochs=1, steps_per_epoch=total - done)
         else:
             fit_args = dict(x=dataset, epochs=config.train.epochs, steps_per_epoch=steps)
@@ -282,7 +301,7 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
         clock.update(start=time.perf_counter(), eval=evaluator.eval_seconds)
         model.fit(
             **fit_args,
-            callbacks=[periodic, TaskBoundary(i, dataset, task.classes), evaluator, step_logger],
+            callbacks=[periodic, TaskBoundary(offset + i, dataset, task.classes), evaluator, step_logger],
             verbose=verbose,
             shuffle=False,
         )
@@ -295,6 +314,7 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
     with finishing():
         if artifacts:
             write_npz_atomic(os.path.join(output_dir, ARTIFACTS), artifacts)
+        write_learner(model, output_dir)
 
     R = evaluator.matrix
     summary = metrics.summarize(R)
@@ -309,12 +329,15 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
         "train_seconds": float(sum(task_seconds)),
         "eval_seconds": float(evaluator.eval_seconds),
         "task_train_seconds": [float(s) for s in task_seconds],
-        "train_steps": int(model.step_counter.numpy()),
+        "train_steps": int(model.step_counter.numpy()) - first_step,
         # Stream samples trained on and (unpadded) samples evaluated: the per-sample times.
-        "train_samples": int(model.step_counter.numpy()) * config.train.batch_size,
+        "train_samples": (int(model.step_counter.numpy()) - first_step) * config.train.batch_size,
         "eval_samples": int(evaluator.eval_samples),
         "num_parameters": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
         "resumed_from_step": resumed_step,
+        # A run from another's learner: that run, the tasks its learner had begun and its steps.
+        "init_from": None if config.init_from is None else {
+            "run": os.path.abspath(config.init_from), "tasks_before": offset, "steps_before": first_step},
         "tensorflow_version": tf.__version__,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(),
@@ -338,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--overwrite", action="store_true", help="replace an existing results.json")
     mode.add_argument("--resume", action="store_true",
                       help="continue the run in the output folder from its last checkpoint (same config)")
+    parser.add_argument("--init-from", metavar="RUN_DIR",
+                        help="start from a finished run's learner (its weights, optimizer and memory) and learn this "
+                             "config's tasks after its own (sets init_from)")
     parser.add_argument("--deterministic", action="store_true",
                         help="op determinism: the same seed gives a bit-identical run (sets train.deterministic)")
     return parser
@@ -355,6 +381,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     import_tensorflow()  # first, so a config error is the only line on stderr
     overrides = args.overrides + (["train.deterministic=true"] if args.deterministic else [])
+    if args.init_from is not None:
+        overrides.append(f"init_from={json.dumps(args.init_from)}")
     config = config_lib.load_config(args.config, overrides)
     try:
         run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume)

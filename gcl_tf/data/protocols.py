@@ -127,7 +127,9 @@ class ContinualBenchmark:
         else:
             groups = [np.arange(self.num_classes)] * c.num_tasks
         tasks = []
-        for t, classes in enumerate(groups):
+        chosen_tasks = range(len(groups)) if c.tasks is None else c.tasks
+        for t in chosen_tasks:  # each task's data is keyed on (seed, t): the others need not be built
+            classes = groups[t]
             transform_rng = task_rng(self.seed, t, _SALT_TRANSFORM)
             if c.name == "permuted":
                 permutation = random_permutation(int(np.prod(self.input_shape)), transform_rng)

@@ -41,19 +41,14 @@ def method_class(name: str):
     return module(name).Method
 
 
-def build(config, input_shape, num_classes: int):
-    """The method a run's config describes: its ``method`` keys as keywords, the backbone from
-    ``model``, and from the other sections what the method's constructor takes (the seed, the
-    batch sizes, the stream's tasks)."""
-    from gcl_tf.backbones import build_backbone
-
-    cls = method_class(config.method.name)
-    keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
+def run_arguments(config, input_shape, num_classes: int) -> dict:
+    """What the method's constructor takes from a run's config besides its ``method`` keys and
+    the backbone: the seed, the batch sizes, the stream's classes and tasks (only the keywords
+    the constructor accepts)."""
     b = config.benchmark
     run = {
-        "backbone": build_backbone(config.model, input_shape),
-        "input_shape": tuple(input_shape),
-        "num_classes": num_classes,
+        "input_shape": tuple(int(d) for d in input_shape),
+        "num_classes": int(num_classes),
         "name": config.method.name,
         "seed": config.seed,
         "batch_size": config.train.batch_size,
@@ -63,5 +58,17 @@ def build(config, input_shape, num_classes: int):
         "classes_per_task": b.classes_per_task if b.name == "split" else None,
         "multi_head": b.multi_head,
     }
-    accepted = inspect.signature(cls.__init__).parameters
-    return cls(**keys, **{key: value for key, value in run.items() if key in accepted})
+    accepted = inspect.signature(method_class(config.method.name).__init__).parameters
+    return {key: value for key, value in run.items() if key in accepted}
+
+
+def build(config, input_shape, num_classes: int):
+    """The method a run's config describes: its ``method`` keys as keywords, the backbone from
+    ``model``, and from the other sections what the method's constructor takes
+    (:func:`run_arguments`)."""
+    from gcl_tf.backbones import build_backbone
+
+    cls = method_class(config.method.name)
+    keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
+    return cls(**keys, backbone=build_backbone(config.model, input_shape),
+               **run_arguments(config, input_shape, num_classes))

@@ -32,6 +32,7 @@ from gcl_tf.data.streams import to_float
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.precision import float32, wrap_optimizer
+from gcl_tf.saving import LearnerSaving
 
 NEG_INF = -1e9
 
@@ -78,8 +79,9 @@ def _for_keras_reduction(logs: dict) -> dict:
     return logs
 
 
-class ContinualModel(keras.Model):
-    """Base class; see the module docstring."""
+class ContinualModel(LearnerSaving, keras.Model):
+    """Base class; see the module docstring. ``model.save("learner.keras")`` saves it whole (its
+    memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py)."""
 
     #: False for methods that need task boundaries (the driver provides them).
     task_free = True
@@ -97,10 +99,12 @@ class ContinualModel(keras.Model):
         self.batch_size = None if batch_size is None else int(batch_size)
         self.eval_batch_size = None if eval_batch_size is None else int(eval_batch_size)
         self._evaluation_depth = 0
-        self._last_task = None  # the last task begun, for fit's own task boundaries
         # Counts training steps; keys the stateless randomness of every step.
         self.step_counter = state_variable(tf.constant(0, tf.int64), "step_counter")
         self.current_task = state_variable(tf.constant(0, tf.int32), "current_task")
+        # One more than the last task begun: the index of the next task (fit's own task boundaries,
+        # a run that starts from a saved learner).
+        self.next_task = state_variable(tf.constant(0, tf.int32), "next_task")
         # The first step (1-based) whose loss terms or updated weights were NaN or infinite; 0 while
         # every step was finite. Set inside the compiled step; the driver reads it only when it saves
         # a checkpoint (no per-step host sync) and stops a diverged run.
@@ -139,7 +143,7 @@ class ContinualModel(keras.Model):
     def on_task_begin(self, task_index: int, classes) -> None:
         """Called before a task's first step; ``classes`` are the labels of its samples."""
         self.current_task.assign(task_index)
-        self._last_task = int(task_index)
+        self.next_task.assign(int(task_index) + 1)
 
     def on_task_end(self, task_index: int, dataset) -> None:
         """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
@@ -184,8 +188,7 @@ class ContinualModel(keras.Model):
         x = self.training_stream(x, y, batch_size)
         callbacks = list(callbacks or [])
         if not any(isinstance(c, TaskBoundary) for c in callbacks):
-            index = 0 if self._last_task is None else self._last_task + 1
-            callbacks.insert(0, TaskBoundary(index, x))
+            callbacks.insert(0, TaskBoundary(int(self.next_task.numpy()), x))
         return super().fit(x, callbacks=callbacks, shuffle=shuffle, **kwargs)
 
     def training_stream(self, x, y=None, batch_size=None):
@@ -236,6 +239,7 @@ class ContinualModel(keras.Model):
         False (XLA measured slower on CPU for these steps)."""
         super().compile(optimizer=optimizer, jit_compile=jit_compile, **kwargs)
         self.optimizer.build(self.trainable_variables)
+        self.built = True  # every variable exists (Keras's symbolic build is skipped)
 
     def compile_for_training(self, train_config) -> None:
         """Compile with the configured optimizer (in a LossScaleOptimizer under mixed_float16; the

@@ -41,6 +41,7 @@ from gcl_tf.memory import (
 )
 from gcl_tf.methods.base import NEG_INF, ContinualModel
 from gcl_tf.methods.common import collect_dataset
+from gcl_tf.precision import float32
 from gcl_tf.schema import MemoryMethodConfig, _range
 
 
@@ -199,7 +200,7 @@ class ICaRL(ContinualModel):
 
     # ------------------------------------------------------------------ task end
     def _features(self, x):
-        return l2_normalize(self.feature_extractor(x, training=False))
+        return l2_normalize(float32(self.feature_extractor(x, training=False)))
 
     def features(self, x: np.ndarray) -> np.ndarray:
         """Normalised features of host images, in batches of the evaluation size."""
@@ -264,7 +265,7 @@ class ICaRL(ContinualModel):
     # ------------------------------------------------------------------ test
     def predict_log_probs(self, x, class_mask):
         ex = self.exemplars
-        features = self.feature_extractor(x, training=False)
+        features = float32(self.feature_extractor(x, training=False))  # a mixed-precision trunk's too
         available = tf.logical_and(tf.cast(class_mask, tf.bool), ex.has_mean)
         return tf.nn.log_softmax(nearest_mean_scores(features, ex.class_means, available), axis=-1)
 
