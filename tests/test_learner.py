@@ -316,3 +316,26 @@ def test_the_cli_backbones_under_mixed_precision_save_and_load(backbone, method,
     assert any(layer.dtype_policy.name == "mixed_bfloat16" for layer in loaded._flatten_layers())
     images = np.random.default_rng(0).random((4, 32, 32, 3)).astype(np.float32)
     np.testing.assert_array_equal(predictions(loaded, images), predictions(model, images))
+
+
+def test_a_failed_learner_write_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    import errno
+
+    from gcl_tf import learner
+    from gcl_tf.errors import DiskError
+
+    model = make("er")
+    learner.write_learner(model, str(tmp_path))
+    before = (tmp_path / "learner.keras").read_bytes()
+    real_save = type(model).save
+
+    def full_disk(self, path, *args, **kwargs):
+        real_save(self, path, *args, **kwargs)  # a partial file is there when the disk fills
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(model), "save", full_disk)
+    with pytest.raises(DiskError, match="cannot write .*learner.keras: No space left on device") as error:
+        learner.write_learner(model, str(tmp_path))
+    assert "\n" not in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learner.keras"]
+    assert (tmp_path / "learner.keras").read_bytes() == before
