@@ -159,24 +159,24 @@ def prepare_row(spec, policy, xla, quick):
     and its trace counter (None for the evaluation, traced once per pass shape)."""
     import tensorflow as tf
 
-    from gcl_tf.benchmark import throughput
+    from gcl_tf.benchmark import workloads
 
-    model = throughput.make_model(spec["method"], spec["shape"], memory=spec["memory"], backbone=spec["backbone"],
-                                  hidden=spec["hidden"], mixed_precision=policy)
+    model = workloads.make_model(spec["method"], spec["shape"], memory=spec["memory"], backbone=spec["backbone"],
+                                 hidden=spec["hidden"], mixed_precision=policy)
     if not spec.get("evaluation"):
-        one, traces = throughput.prepare_train_step(model, spec["shape"], jit_compile=xla)
+        one, traces = workloads.prepare_train_step(model, spec["shape"], jit_compile=xla)
         return one, 1, traces
-    throughput.fill_memory(throughput.counting_step(model)[0], model, spec["shape"])
+    workloads.fill_memory(workloads.counting_step(model)[0], model, spec["shape"])
     batch, count = (100, 2) if quick else (500, 20)
-    images = [tf.constant(b) for b in np.split(throughput.random_batches(spec["shape"], count * batch // 10, seed=1)[0],
-                                               count)]
-    return throughput.prepare_evaluation(model, images, 30, jit_compile=xla), count * batch, None
+    images = [tf.constant(b) for b in np.split(workloads.random_batches(spec["shape"], count * batch // 10, seed=1)[0],
+                                              count)]
+    return workloads.prepare_evaluation(model, images, 30, jit_compile=xla), count * batch, None
 
 
 def speed_section(devices, variants, repeats, quick, log):
     import tensorflow as tf
 
-    from gcl_tf.benchmark.throughput import interleaved_seconds
+    from gcl_tf.benchmark.timing import interleaved_seconds
 
     rows = []
     for spec in row_specs(quick):
@@ -391,15 +391,15 @@ def placement_single(devices, quick, log) -> dict:
     placement is read without XLA (see :data:`PLACEMENT_WITHOUT_XLA`)."""
     import tensorflow as tf
 
-    from gcl_tf.benchmark import throughput
+    from gcl_tf.benchmark import workloads
     from gcl_tf.devices import resolve_jit_compile
 
     memory = 20 if quick else 1000
     with tf.device(devices.single):
-        model = throughput.make_model("gcl", (28, 28, 1), memory=memory)
+        model = workloads.make_model("gcl", (28, 28, 1), memory=memory)
         jit = resolve_jit_compile("auto")
-        step, traces = throughput.counting_step(model, False)
-        x, y = throughput.random_batches((28, 28, 1), 3, seed=3)
+        step, traces = workloads.counting_step(model, False)
+        x, y = workloads.random_batches((28, 28, 1), 3, seed=3)
 
         def run():
             for i in range(3):
