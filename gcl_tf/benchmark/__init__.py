@@ -5,5 +5,6 @@
 - ``throughput``: speed measurements (throughput.py, when present).
 
 ``layout.py`` fixes where a suite keeps its runs, tables and figures; ``tables.py`` builds the
-tables from the saved results.
+tables from the saved results. ``timing.py``, ``flops.py`` and ``workloads.py`` serve the speed
+measurements (``throughput`` and the GPU check, ``gpu``: gpu.py and its parts, ``gpu_*.py``).
 """

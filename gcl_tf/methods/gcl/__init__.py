@@ -5,7 +5,8 @@
 - :mod:`.caches`: the evaluation caches (test-time noise, the memory's embeddings);
 - the graph memory (reservoir + best losses + the learned context graph): :mod:`gcl_tf.memory.graph`;
 - :mod:`.config`: its keys (``Config``: ranges, the paper's defaults);
-- :mod:`.model`: the Keras model (``GCL``, also ``Method``).
+- :mod:`.model`: the Keras model (``GCL``, also ``Method``): construction, building blocks, training step;
+- :mod:`.prediction`: its predictions and evaluation caches (a mixin of ``GCL``).
 """
 from gcl_tf.memory import GraphMemory, step_seed
 from gcl_tf.methods.base import cross_entropy, mask_logits

@@ -9,6 +9,10 @@ a graph regulariser: contexts whose loss rose above their best keep their stored
 
 Shapes: ``M`` memory capacity (always ``[M, ...]`` with a fill mask), ``T`` targets per batch,
 ``H`` hidden size, ``K`` classes. Notation follows docs/gcl.md.
+
+This module holds the model's construction, its building blocks (embeddings, aggregation,
+classification) and the training step; its predictions and evaluation caches are
+:class:`~gcl_tf.methods.gcl.prediction.Prediction`'s, mixed in.
 """
 from __future__ import annotations
 
@@ -20,12 +24,11 @@ import tensorflow as tf
 from gcl_tf.backbones import feature_size, mlp
 from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, step_seed
-from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
-from gcl_tf.methods.gcl.caches import ContextCache, TestNoiseCache
+from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.methods.gcl.caches import ContextCache
 from gcl_tf.methods.gcl.config import Config
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
-    average_log_probs,
     context_graph_regularizer,
     context_graph_regularizer_fused,
     edge_logits,
@@ -35,19 +38,18 @@ from gcl_tf.methods.gcl.graph import (
     logit_of_exp,
     normalize_rows,
     regularized_contexts,
-    relaxed_bernoulli,
     replaced_source_index,
     sampled_graph,
     update_edge_memory,
 )
+from gcl_tf.methods.gcl.prediction import SALT_TEST_GRAPH, Prediction  # noqa: F401 (SALT_TEST_GRAPH: re-exported)
 from gcl_tf.precision import float32
 
-SALT_TRAIN_GRAPH = 201
-SALT_TEST_GRAPH = 202
+SALT_TRAIN_GRAPH = 201  # (SALT_TEST_GRAPH = 202: prediction.py)
 SALT_CONTEXT_BATCH = 203
 
 
-class GCL(ContinualModel):
+class GCL(Prediction, ContinualModel):
     """GCL as a Keras model; ``train_step`` is the whole online update.
 
     ``backbone``: the shared trunk (images -> non-negative features, e.g. ending in a ReLU; None:
@@ -112,20 +114,6 @@ class GCL(ContinualModel):
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
         one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
         self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
-
-    def prepare_test_noise(self, eval_batch_size: int) -> None:
-        """The test-time graph noise cache for test batches of ``eval_batch_size`` (see
-        TestNoiseCache; one device only, and only when it fits TEST_NOISE_CACHE_BYTES)."""
-        noise_shape = (self.test_graph_samples, int(eval_batch_size), self.capacity)
-        use_cache = (self.stochastic_graphs and TestNoiseCache.fits(noise_shape)
-                     and tf.distribute.get_strategy().num_replicas_in_sync == 1)
-        self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
-
-    def prepare_evaluation(self, x) -> None:
-        unset = self.eval_batch_size is None
-        super().prepare_evaluation(x)
-        if unset and self.eval_batch_size is not None:
-            self.prepare_test_noise(self.eval_batch_size)
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
@@ -379,88 +367,6 @@ class GCL(ContinualModel):
         stored = new_slots >= 0
         scatter_update(self.memory.edge_embeddings, tf.boolean_mask(new_slots, stored)[:, None],
                        tf.boolean_mask(embeddings[k:], stored))
-
-    # -------------------------------------------------------------- prediction
-    def memory_contexts(self):
-        """What predictions attend to: the memory's edge embeddings [M, H] and the values
-        :meth:`aggregate` reads [M, H + K + 1] (test-mode trunk on all M memory images)."""
-        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
-        return u_c, self.context_values(l_c, self.memory.labels, self.memory.filled())
-
-    def on_evaluation_begin(self) -> None:
-        if self._contexts is not None:
-            self._contexts.open()
-
-    def on_evaluation_end(self) -> None:
-        if self._contexts is not None:
-            self._contexts.close()
-
-    def predict_log_probs(self, x, class_mask, samples=None, seed=None):
-        """log p(y | x, memory) averaged over ``samples`` test-time graphs   [N, K].
-
-        V (and the context embeddings) are computed once per call, not once per sample, and
-        inside an evaluation scope once per scope (ContextCache).
-        """
-        samples = self.test_graph_samples if samples is None else samples
-        if not self.stochastic_graphs:
-            samples = 1
-        # The caches serve the evaluation's own predictions; an explicit seed (serving) computes afresh.
-        own = seed is None
-        cached = own and self._test_noise is not None and (samples, x.shape[0]) == self._test_noise.shape[:2]
-        if own:
-            seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
-        if own and self._contexts is not None:
-            u_c, values = self._contexts.get(self.memory_contexts)
-        else:
-            u_c, values = self.memory_contexts()
-        u_t, _ = self.embed(x, training=False)  # [N, H]
-        logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
-        replicas = num_replicas()
-        if not self.stochastic_graphs:
-            noise = None
-        elif replicas == 1 and cached:
-            noise = self._test_noise.get(seed)
-        elif replicas == 1:
-            noise = logistic_noise(tf.concat([[samples], tf.shape(logits_e)], 0), seed)  # as sample_graph draws it
-        else:  # this replica's rows of the global batch's noise, as on one device
-            n = x.shape[0]
-            noise = logistic_noise([samples, replicas * n, self.capacity], seed)
-            noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-        if noise is None:
-            logits = self.classify(tf.sigmoid(logits_e)[None], values)  # [1, N, K]
-        else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
-            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, self.test_temperature, eps),
-                                                         values),
-                               noise, parallel_iterations=4, fn_output_signature=tf.float32)  # [S, N, K]
-        log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
-        return average_log_probs(log_probs)
-
-    # -------------------------------------------------------------- artifacts for the figures
-    def context_graph(self):
-        """The expected context graph ``sigmoid(E)`` between the filled memory slots, self-edges
-        removed, and the slots' labels: ``(graph [C, C], labels [C])`` as numpy (None if empty)."""
-        import numpy as np
-
-        filled = int(self.memory.num_filled.numpy())
-        if filled == 0:
-            return None
-        chunk = self.eval_batch_size or 500
-        u = tf.concat([self.embed(self.memory.images[i:min(i + chunk, filled)], training=False)[0]
-                       for i in range(0, filled, chunk)], axis=0)  # [C, H]
-        graph = tf.sigmoid(edge_logits(u, u, self.kernel_log_scale)).numpy()  # [C, C]
-        np.fill_diagonal(graph, 0.0)
-        return graph, self.memory.labels[:filled].numpy()
-
-    def penultimate(self, x):
-        """ReLU(Z), what the output head reads, with the expected test graph (Bernoulli means,
-        row-normalised) from ``x`` to the memory   [N, 2H]."""
-        u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
-        u_t, _ = self.embed(x, training=False)  # [N, H]
-        graph = tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale))  # [N, M]
-        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels, self.memory.filled())))
-
-    def output_layer(self):
-        return self.output_head
 
 
 Method = GCL

@@ -1,0 +1,194 @@
+"""The sources that read files given by ``benchmark.path``: ``idx`` (a folder of MNIST-format
+files), ``npz`` (a Keras-style .npz) and ``folder`` (an image folder per class)."""
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+
+import numpy as np
+
+from gcl_tf.data.base import Source, SplitData, _as_labels, _as_uint8_images
+from gcl_tf.errors import DataError
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+
+
+# -------------------------------------------------------------------------------------- idx
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Read one IDX file (optionally gzipped) of unsigned bytes; clear errors on corruption."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as error:
+        raise DataError(f"{path}: cannot read ({error.__class__.__name__}: {error}); "
+                        "the file may be truncated") from None
+    if len(raw) < 4:
+        raise DataError(f"{path}: truncated IDX file ({len(raw)} bytes)")
+    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype_code != 0x08 or ndim not in (1, 3):
+        raise DataError(
+            f"{path}: bad IDX magic number 0x{int.from_bytes(raw[:4], 'big'):08x}; "
+            "allowed: 0x00000801 (labels) or 0x00000803 (images)"
+        )
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated IDX header")
+    dims = struct.unpack(">" + "I" * ndim, raw[4:header])
+    expected = int(np.prod(dims))
+    if len(raw) - header != expected:
+        raise DataError(
+            f"{path}: truncated or oversized IDX data: {len(raw) - header} bytes for shape {list(dims)} "
+            f"({expected} expected)"
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+class IdxSource(Source):
+    name = "idx"
+
+    def _find(self, stem):
+        for candidate in (stem, stem + ".gz"):
+            path = os.path.join(self.config.path, candidate)
+            if os.path.isfile(path):
+                return path
+        raise DataError(f"benchmark.path: {self.config.path!r} has no {stem}[.gz] (an MNIST-format IDX folder)")
+
+    def _load(self, split):
+        if not os.path.isdir(self.config.path):
+            raise DataError(f"benchmark.path: folder {self.config.path!r} does not exist")
+        image_stem, label_stem = _IDX_FILES[split]
+        image_path, label_path = self._find(image_stem), self._find(label_stem)
+        images = read_idx(image_path)
+        labels = read_idx(label_path)
+        if images.ndim != 3:
+            raise DataError(f"{image_path}: expected a 3-dimensional image file, got {images.ndim} dimensions")
+        if labels.ndim != 1:
+            raise DataError(f"{label_path}: expected a 1-dimensional label file, got {labels.ndim} dimensions")
+        if len(images) != len(labels):
+            raise DataError(f"{image_path}: {len(images)} images but {len(labels)} labels in {label_path}")
+        return SplitData(images[..., None].copy(), labels.astype(np.int64))
+
+
+# -------------------------------------------------------------------------------------- npz
+class NpzSource(Source):
+    name = "npz"
+
+    def _load(self, split):
+        path = self.config.path
+        if not os.path.isfile(path):
+            raise DataError(f"benchmark.path: file {path!r} does not exist")
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                keys = set(archive.files)
+                x_key, y_key = f"x_{split}", f"y_{split}"
+                if x_key not in keys or y_key not in keys:
+                    raise DataError(f"{path}: missing {x_key}/{y_key}; a .npz needs x_train, y_train, x_test, y_test")
+                images, labels = archive[x_key], archive[y_key]
+        except DataError:
+            raise
+        except Exception as error:  # zipfile.BadZipFile, ValueError, ...
+            raise DataError(f"{path}: not a readable .npz file ({error.__class__.__name__})") from None
+        images = _as_uint8_images(images, f"{path} {x_key}")
+        return SplitData(images, _as_labels(labels, len(images), f"{path} {y_key}"))
+
+
+# ----------------------------------------------------------------------------------- folder
+class FolderSource(Source):
+    name = "folder"
+
+    def _class_dirs(self, split):
+        root = os.path.join(self.config.path, split)
+        if not os.path.isdir(root):
+            raise DataError(f"benchmark.path: {root!r} does not exist; "
+                            "a folder source needs train/<class>/ and test/<class>/")
+        classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+        if not classes:
+            raise DataError(f"benchmark.path: {root!r} has no class folders")
+        for name in classes:
+            files = [f for f in os.listdir(os.path.join(root, name)) if f.lower().endswith(IMAGE_EXTENSIONS)]
+            if not files:
+                raise DataError(
+                    f"benchmark.path: class folder {os.path.join(root, name)!r} is empty; "
+                    f"every class needs images ({', '.join(IMAGE_EXTENSIONS)})"
+                )
+        return root, classes
+
+    def native_num_classes(self):
+        return len(self._class_dirs("train")[1])
+
+    def class_names(self):
+        return list(self._class_dirs("train")[1])
+
+    def _check_native_sizes(self, root, classes, size) -> None:
+        """Without benchmark.image_size every image keeps its native size, which must be the
+        training images' one: every image is checked (a header read each, no decoding), so none
+        is silently resized."""
+        from PIL import Image
+
+        for name in classes:
+            folder = os.path.join(root, name)
+            for file in sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)):
+                path = os.path.join(folder, file)
+                try:
+                    with Image.open(path) as image:
+                        width, height = image.size
+                except Exception as error:
+                    raise DataError(f"benchmark.path: cannot read image {path!r} "
+                                    f"({error.__class__.__name__})") from None
+                if (height, width) != tuple(size):
+                    raise DataError(
+                        f"benchmark.path: {path!r} is {height}x{width} but the training images are "
+                        f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
+                    )
+
+    def _image_size(self, root, classes):
+        if self.config.image_size is not None:
+            return self.config.image_size, self.config.image_size
+        from PIL import Image
+
+        first_dir = os.path.join(root, classes[0])
+        first = sorted(f for f in os.listdir(first_dir) if f.lower().endswith(IMAGE_EXTENSIONS))[0]
+        with Image.open(os.path.join(first_dir, first)) as image:
+            width, height = image.size
+        return height, width
+
+    def _load(self, split):
+        import keras
+
+        root, classes = self._class_dirs(split)
+        train_classes = self._class_dirs("train")[1]
+        if classes != train_classes:
+            raise DataError(f"benchmark.path: {root!r} has classes {classes[:5]}... "
+                            f"but train/ has {train_classes[:5]}...")
+        train_root = os.path.join(self.config.path, "train")
+        size = self._image_size(train_root, train_classes)
+        if self.config.image_size is None:
+            self._check_native_sizes(root, classes, size)
+        try:
+            dataset = keras.utils.image_dataset_from_directory(
+                root,
+                labels="inferred",
+                label_mode="int",
+                class_names=classes,
+                color_mode=self.config.color_mode,
+                batch_size=256,
+                image_size=size,
+                shuffle=False,
+                verbose=False,
+            )
+            images, labels = [], []
+            for x, y in dataset.as_numpy_iterator():
+                images.append(np.clip(np.round(x), 0, 255).astype(np.uint8))
+                labels.append(y.astype(np.int64))
+        except Exception as error:
+            message = f"benchmark.path: cannot read images under {root!r} ({error.__class__.__name__}: {error})"
+            raise DataError(message.splitlines()[0]) from None
+        return SplitData(np.concatenate(images), np.concatenate(labels))
