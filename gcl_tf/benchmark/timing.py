@@ -32,9 +32,9 @@ def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
 
 class MatmulReference:
     """The dense matmul every speed is a fraction of, timed in turns with what it is compared to:
-    on a shared machine the clock and the neighbours drift within one run (measured here: 210 to
-    450 GFLOP/s), so a rate taken once at the start, or even just before a row, can be far from
-    the conditions the row ran in."""
+    on a shared machine the clock and the neighbours drift within one run (the matmul's own rate
+    can double between rows), so a rate taken once at the start, or even just before a row, can
+    be far from the conditions the row ran in."""
 
     def __init__(self, repeats: int, size: int = MATMUL_SIZE):
         import tensorflow as tf
