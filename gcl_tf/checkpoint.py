@@ -99,23 +99,13 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0].split(" [Op:")[0] if text else error.__class__.__name__
 
 
-def _flat(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_differences(saved: dict, current: dict, ignored=RESUME_IGNORED_KEYS) -> list[str]:
     """Dotted keys whose values differ between two config dictionaries (``ignored`` keys and
     sections left out), as ``key (saved -> current)``."""
     def keep(key):
         return not any(key == k or key.startswith(k + ".") for k in ignored)
 
-    a, b = _flat(saved), _flat(current)
+    a, b = config_lib.flat_keys(saved), config_lib.flat_keys(current)
     keys = [k for k in dict.fromkeys(list(a) + list(b)) if keep(k)]
     return [f"{k} ({a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r})" for k in keys if a.get(k) != b.get(k)]
 

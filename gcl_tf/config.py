@@ -294,6 +294,17 @@ def _check_consistency(config: Config) -> None:
 
 
 
+def flat_keys(data: dict, prefix: str = "") -> dict:
+    """A config dictionary's values by dotted key (``{"train.batch_size": 10, ...}``)."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flat_keys(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def load_config(path: Optional[str] = None, overrides=()) -> Config:
     raw = load_yaml(path) if path else {}
     return resolve(raw, overrides)

@@ -53,23 +53,14 @@ def write_learner(model, output_dir: str) -> str:
     return path
 
 
-def _flat(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def learner_keys(config, info: dict) -> dict:
     """``{key: value}``: what the learner a run of ``config`` builds is (see the module
     docstring); ``info``: the run's data description (``num_classes``, ``input_shape``)."""
+    from gcl_tf import config as config_lib
     from gcl_tf import methods
 
     data = config.to_dict()
-    keys = {**_flat({"method": data["method"], "model": data["model"]}),
+    keys = {**config_lib.flat_keys({"method": data["method"], "model": data["model"]}),
             "train.optimizer": config.train.optimizer, "train.mixed_precision": config.train.mixed_precision,
             "the data's classes": int(info["num_classes"]),
             "the data's image shape": [int(d) for d in info["input_shape"]]}
