@@ -26,7 +26,7 @@ _EXPORTS = {
     "Finetune": ("gcl_tf.methods.finetune", "Finetune"),
     "run": ("gcl_tf.api", "run"),
     "Results": ("gcl_tf.api", "Results"),
-    "load_model": ("gcl_tf.saving", "load_model"),
+    "load_model": ("gcl_tf.api", "load_model"),
 }
 _SUBMODULES = ("api", "benchmarks", "callbacks", "config", "data", "methods", "saving")
 

@@ -1,5 +1,5 @@
 """``gcl_tf.run``: a whole run from a config, as ``python -m gcl_tf.train`` does it, returning
-its :class:`Results`."""
+its :class:`Results`; ``gcl_tf.load_model``: a learner saved whole (gcl_tf/saving.py)."""
 from __future__ import annotations
 
 import copy
@@ -71,3 +71,16 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
     output_dir = output_dir or config.output_dir
     results = train.run(config, output_dir=output_dir, overwrite=overwrite, verbose=verbose, resume=resume)
     return Results.from_dict(results, output_dir)
+
+
+def load_model(path, compile: bool = True):
+    """``keras.models.load_model(path)`` with every gcl_tf method registered: the learner saved
+    by ``model.save(path)`` (or a run's ``DIR/learner.keras``), ready to predict and to go on
+    learning (``compile=False``: without its optimizer)."""
+    import keras
+
+    from gcl_tf import methods
+
+    for name in methods.names():
+        methods.module(name)
+    return keras.models.load_model(os.fspath(path), compile=compile)

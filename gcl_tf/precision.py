@@ -51,17 +51,6 @@ def policy_scope(policy: str):
         keras.config.set_dtype_policy(previous)
 
 
-def build(config, input_shape, num_classes: int):
-    """The method a run's config describes (:func:`gcl_tf.methods.build`) with its layers under
-    the configured policy (checked first)."""
-    from gcl_tf import methods
-
-    policy = config.train.mixed_precision
-    check(config.method.name, policy)
-    with policy_scope(policy):
-        return methods.build(config, input_shape, num_classes)
-
-
 def wrap_optimizer(optimizer, policy: str):
     """The optimizer, in a dynamic ``LossScaleOptimizer`` under ``mixed_float16``."""
     if policy != "mixed_float16":

@@ -19,7 +19,8 @@ counters (state). A loaded learner predicts exactly as the saved one and its nex
 those the saved one would have taken. Evaluation caches are plain objects, not state: not saved.
 
 ``keras.models.load_model`` finds a method's class once its module is imported (each class is
-registered with Keras as ``gcl_tf>Name`` when defined); :func:`load_model` imports them all first.
+registered with Keras as ``gcl_tf>Name`` when defined); ``gcl_tf.load_model`` (gcl_tf/api.py)
+imports them all first.
 """
 from __future__ import annotations
 
@@ -142,13 +143,3 @@ class LearnerSaving:
         super().load_own_variables(own)
         load_state(self, store)
 
-
-def load_model(path: str, compile: bool = True):
-    """``keras.models.load_model(path)`` with every gcl_tf method registered: the learner saved
-    by ``model.save(path)`` (or a run's ``DIR/learner.keras``), ready to predict and to go on
-    learning (``compile=False``: without its optimizer)."""
-    from gcl_tf import methods
-
-    for name in methods.names():
-        methods.module(name)
-    return keras.models.load_model(path, compile=compile)

@@ -64,10 +64,10 @@ def model_class(config):
 
 
 def build_model(config, benchmark):
-    from gcl_tf import precision
+    from gcl_tf import methods
 
     # the method's layers under the configured Keras dtype policy (train.mixed_precision)
-    return precision.build(config, benchmark.input_shape, benchmark.num_classes)
+    return methods.build(config, benchmark.input_shape, benchmark.num_classes)
 
 
 def make_strategy(config, cls):

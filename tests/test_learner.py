@@ -302,13 +302,12 @@ def test_the_cli_backbones_under_mixed_precision_save_and_load(backbone, method,
     """The library's own layers (the fused BatchNormalization) are registered with Keras, and a
     learner built under a mixed-precision policy loads under it (its dtype policy is saved)."""
     from gcl_tf import config as config_lib
-    from gcl_tf import precision
 
     config = config_lib.resolve({
         "benchmark": {"name": "split", "dataset": "digits", "source": "digits", "num_tasks": 5},
         "method": {"name": method, "memory_size": 20}, "model": {"backbone": backbone, "filters": 4},
         "train": {"mixed_precision": "mixed_bfloat16"}, "eval": {"batch_size": 4}})
-    model = precision.build(config, (32, 32, 3), 10)
+    model = methods.build(config, (32, 32, 3), 10)
     model.compile_for_training(config.train)
     model.save(str(tmp_path / "learner.keras"))
     loaded = gcl_tf.load_model(str(tmp_path / "learner.keras"))

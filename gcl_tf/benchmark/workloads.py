@@ -11,7 +11,7 @@ from gcl_tf.benchmark.timing import median_seconds
 def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
                steps_per_execution: int = 1, mixed_precision: str = "float32", **method_keys):
     from gcl_tf import config as config_lib
-    from gcl_tf import precision
+    from gcl_tf import methods
 
     method_section = {"name": method, **method_keys}
     if memory is not None:
@@ -25,7 +25,7 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
                   "learning_rate": 0.001 if method == "gcl" else 0.1,
                   "steps_per_execution": steps_per_execution, "mixed_precision": mixed_precision},
     })
-    model = precision.build(config, input_shape, 10)
+    model = methods.build(config, input_shape, 10)
     model.compile_for_training(config.train)
     return model
 

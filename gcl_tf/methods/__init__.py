@@ -65,10 +65,15 @@ def run_arguments(config, input_shape, num_classes: int) -> dict:
 def build(config, input_shape, num_classes: int):
     """The method a run's config describes: its ``method`` keys as keywords, the backbone from
     ``model``, and from the other sections what the method's constructor takes
-    (:func:`run_arguments`)."""
+    (:func:`run_arguments`); its layers under the configured Keras dtype policy
+    (``train.mixed_precision``, checked first: gcl_tf/precision.py)."""
+    from gcl_tf import precision
     from gcl_tf.backbones import build_backbone
 
+    policy = config.train.mixed_precision
+    precision.check(config.method.name, policy)
     cls = method_class(config.method.name)
     keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
-    return cls(**keys, backbone=build_backbone(config.model, input_shape),
-               **run_arguments(config, input_shape, num_classes))
+    with precision.policy_scope(policy):
+        return cls(**keys, backbone=build_backbone(config.model, input_shape),
+                   **run_arguments(config, input_shape, num_classes))
