@@ -11,8 +11,9 @@ key, a wrong type or a value outside its allowed set raises :class:`~gcl_tf.erro
 with one line naming the key and what is allowed. The ``tune`` section's search space is checked
 by :mod:`gcl_tf.tune` (only a search reads it).
 
-Layers: :mod:`gcl_tf.schema` (validation) <- :mod:`gcl_tf.methods` (each method's keys) <- this
-module (the whole run's config): no import runs back up.
+Layers: :mod:`gcl_tf.schema` (validation) <- :mod:`gcl_tf.data.config` (the ``benchmark`` keys)
+and :mod:`gcl_tf.methods` (each method's keys) <- this module (the whole run's config): no import
+runs back up.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from gcl_tf import methods
+from gcl_tf.data.config import BenchmarkConfig
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import (  # noqa: F401  (re-exported: the validation of every section)
     MemoryMethodConfig,
@@ -36,46 +38,6 @@ from gcl_tf.schema import (  # noqa: F401  (re-exported: the validation of every
     _type_name,
     build_dataclass,
 )
-
-
-@dataclass
-class BenchmarkConfig:
-    """Which data, which continual protocol."""
-
-    name: Literal["permuted", "rotated", "split"] = "permuted"
-    # Dataset name: a TFDS name for source=tfds (mnist, fashion_mnist, cifar10, cifar100,
-    # svhn_cropped); a label for the other sources.
-    dataset: str = "mnist"
-    source: Literal["tfds", "idx", "npz", "folder", "digits"] = "tfds"
-    # idx: folder with MNIST-format files; npz: a .npz file; folder: a root with train/ and test/;
-    # tfds: optional TFDS data_dir.
-    path: Optional[str] = None
-    num_tasks: int = field(default=20, metadata=_range(1))
-    # The protocol's tasks this run learns, by index (0 .. num_tasks - 1), in the order given
-    # (null: all of them). Task t is the same data whichever tasks run with it, so a stream can be
-    # learned in parts: tasks [0, 1] now, and later, from that run's learner (init_from), [2, 3].
-    tasks: Optional[list[int]] = None
-    # Training samples drawn per task (null: all the task's training samples).
-    samples_per_task: Optional[int] = field(default=1000, metadata=_range(1))
-    # Test samples per task (null: the task's whole test split).
-    test_samples_per_task: Optional[int] = field(default=None, metadata=_range(1))
-    classes_per_task: int = field(default=2, metadata=_range(1))
-    # Number of classes (null: inferred from the source).
-    num_classes: Optional[int] = field(default=None, metadata=_range(2))
-    # Multi-head (task-aware test): predictions restricted to the task's classes.
-    multi_head: bool = False
-    # Fraction of each task's training samples held out as its validation split.
-    validation_fraction: float = field(default=0.0, metadata=_range(0.0, 1.0, hi_open=True))
-    # Rotated protocol: task t's angle is drawn uniformly from [t R / T, (t + 1) R / T) degrees,
-    # R = max_rotation, T = num_tasks (rising angles, as GEM builds Rotated MNIST).
-    max_rotation: float = field(default=180.0, metadata=_range(0.0, 360.0, lo_open=True))
-    # Resize images to image_size x image_size (folder source; null keeps the native size).
-    image_size: Optional[int] = field(default=None, metadata=_range(1))
-    color_mode: Literal["rgb", "grayscale"] = "rgb"
-    # Training-time augmentation, applied to the stream before the model (so a memory stores the
-    # augmented copy), never at test time. flip: a random horizontal flip of each training image
-    # (the paper's Split CIFAR10 / SVHN / CIFAR100 / MiniImageNet loaders); none: as read.
-    augment: Literal["none", "flip"] = "none"
 
 
 @dataclass

@@ -1,15 +1,29 @@
 """Data: sources -> continual protocols -> tf.data streams.
 
-``load(name, source=..., path=...)`` reads a dataset for :mod:`gcl_tf.benchmarks`.
+``load(name, source=..., path=...)`` reads a dataset for :mod:`gcl_tf.benchmarks`; the
+``benchmark`` config section is declared in :mod:`gcl_tf.data.config`.
 """
 from __future__ import annotations
 
-from typing import Optional
+import importlib
+from typing import TYPE_CHECKING, Optional
 
-from gcl_tf.data.protocols import ContinualBenchmark, Task
-from gcl_tf.data.sources import SOURCES, Source, SplitData, make_source, read_idx
+if TYPE_CHECKING:
+    from gcl_tf.data.sources import Source
+
+# Imported on first use, so that the config (gcl_tf.data.config) is read without TensorFlow.
+_EXPORTS = {"ContinualBenchmark": "protocols", "Task": "protocols", "SOURCES": "sources", "Source": "sources",
+            "SplitData": "sources", "make_source": "sources", "read_idx": "sources"}
 
 __all__ = ["ContinualBenchmark", "Task", "SOURCES", "Source", "SplitData", "load", "make_source", "read_idx"]
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'gcl_tf.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gcl_tf.data.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def load(name: str, source: Optional[str] = None, path: Optional[str] = None, num_classes: Optional[int] = None,
@@ -22,8 +36,10 @@ def load(name: str, source: Optional[str] = None, path: Optional[str] = None, nu
     digits); default: ``digits`` for the name ``"digits"``, else ``tfds``. ``num_classes``: None
     infers it; ``image_size`` and ``color_mode``: the folder source's resizing and colours.
     """
-    from gcl_tf.config import BenchmarkConfig, build_dataclass
+    from gcl_tf.data.config import BenchmarkConfig
+    from gcl_tf.data.sources import make_source
     from gcl_tf.errors import ConfigError
+    from gcl_tf.schema import build_dataclass
 
     source = source or ("digits" if name == "digits" else "tfds")
     config = build_dataclass(BenchmarkConfig, {"dataset": name, "source": source, "path": path,

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-from gcl_tf.config import BenchmarkConfig
+from gcl_tf.data.config import BenchmarkConfig
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import write_npz_atomic
 

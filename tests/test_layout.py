@@ -1,0 +1,72 @@
+"""The package's structure: the imports between its top-level modules and packages (function-local
+imports too) form no loop, so each can be read knowing only what it builds on."""
+import ast
+import os
+
+from conftest import REPO
+
+PACKAGE = os.path.join(REPO, "gcl_tf")
+
+
+def room(module: str):
+    """``gcl_tf.methods.gcl.model`` -> ``methods``; None outside the package or for its face."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "gcl_tf" and len(parts) > 1 else None
+
+
+def imports_between_rooms() -> dict:
+    """``{room: {room it imports: "file:line"}}`` over every .py file but gcl_tf/__init__.py (the
+    package's face: it only names what the rooms define, imported on first use)."""
+    edges = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path == os.path.join(PACKAGE, "__init__.py"):
+                continue
+            module = "gcl_tf." + os.path.relpath(path, PACKAGE)[:-3].replace(os.sep, ".")
+            source = room(module.removesuffix(".__init__"))
+            with open(path, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    targets = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    targets = [node.module] if node.module != "gcl_tf" else [f"gcl_tf.{a.name}" for a in node.names]
+                else:
+                    continue
+                for target in map(room, targets):
+                    if target is not None and target != source:
+                        edges.setdefault(source, {}).setdefault(target, f"{os.path.relpath(path, REPO)}:{node.lineno}")
+    return edges
+
+
+def find_loop(edges: dict):
+    """A loop of rooms (each importing the next) as a list, or None."""
+    state = {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in edges.get(node, {}):
+            if state.get(nxt) == "open":
+                return trail[trail.index(nxt):] + [nxt]
+            if nxt not in state:
+                loop = visit(nxt, trail + [nxt])
+                if loop:
+                    return loop
+        state[node] = "done"
+        return None
+
+    for start in sorted(edges):
+        if start not in state:
+            loop = visit(start, [start])
+            if loop:
+                return loop
+    return None
+
+
+def test_no_import_runs_back_up_between_the_package_rooms():
+    edges = imports_between_rooms()
+    assert "methods" in edges and "config" in edges["train"]  # the graph was read
+    loop = find_loop(edges)
+    where = [edges[a][b] for a, b in zip(loop, loop[1:])] if loop else []
+    assert loop is None, f"imports loop: {' -> '.join(loop)} ({', '.join(where)})"
