@@ -56,7 +56,7 @@ class TrainConfig:
     optimizer: Literal["sgd", "adam"] = "sgd"
     learning_rate: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
     # Compile the training step with XLA: true, false, or auto (by device type: off on CPU, where
-    # XLA was measured ~7x slower; on on a GPU; gcl_tf/devices.py, docs/gpu.md).
+    # XLA measured slower; on on a GPU; gcl_tf/devices.py, docs/gpu.md).
     jit_compile: Union[bool, Literal["auto"]] = "auto"
     # Keras dtype policy of the layers: float32, or mixed precision (float16 with loss scaling, or
     # bfloat16); losses and GCL's graph math stay float32 (gcl_tf/precision.py, docs/gpu.md).

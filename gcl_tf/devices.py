@@ -3,9 +3,9 @@
 ``auto`` (the default) compiles the training step with XLA or not by the type of the device
 the step runs on, from :data:`JIT_COMPILE_BY_DEVICE`:
 
-- CPU: off. Measured on 2 cores, the whole GCL step under XLA is about 7x slower than
-  TensorFlow's own kernels (``python -m gcl_tf.benchmark throughput``: the "XLA (jit_compile)"
-  row against the plain one); XLA's CPU GEMMs and random numbers are the slower ones.
+- CPU: off. Measured on CPU, the whole GCL step is slower under XLA than with TensorFlow's own
+  kernels (``python -m gcl_tf.benchmark throughput``: the "XLA (jit_compile)" row against the
+  plain one; the numbers: docs/gpu.md); XLA's CPU GEMMs and random numbers are the slower ones.
 - GPU: on. Not yet measured on a GPU: the choice is the expectation that a step of many small
   kernels (batch 10, graph sampling, regulariser, memory update) gains more from XLA's fusion
   than it loses, and it is what ``python -m gcl_tf.benchmark gpu`` checks: its report says which
