@@ -249,6 +249,8 @@ def refusal(capsys, argv) -> str:
 
 @pytest.mark.parametrize("change, named", [
     ("benchmark.num_classes=12", "the data's classes (10 -> 12)"),
+    ("method.name=gcl", "method.name ('er' -> 'gcl')"),
+    ("model.backbone=convnet", "model.backbone ('mlp' -> 'convnet')"),
     ("method.memory_size=20", "method.memory_size (60 -> 20)"),
     ("model.hidden_size=16", "model.hidden_size (32 -> 16)"),
     ("train.optimizer=sgd", "train.optimizer ('adam' -> 'sgd')"),
@@ -338,3 +340,22 @@ def test_a_failed_learner_write_is_one_line_and_leaves_no_partial_file(tmp_path,
     assert "\n" not in str(error.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["learner.keras"]
     assert (tmp_path / "learner.keras").read_bytes() == before
+
+
+def test_a_run_from_a_learner_resumes_with_its_task_offset_and_first_step(finished, tmp_path):
+    """Where the learner started is saved with the run's checkpoints: a resumed run reports the
+    same ``init_from`` and counts only its own steps."""
+    from gcl_tf import api
+
+    config, run_dir = finished["er"]
+    out = tmp_path / "later"
+    first = api.run(config, output_dir=str(out), verbose=0, init_from=run_dir, benchmark={"num_tasks": 4,
+                                                                                          "tasks": [2, 3]})
+    os.unlink(out / "results.json")  # as if stopped after its last checkpoint
+    again = api.run(config, output_dir=str(out), verbose=0, init_from=run_dir, resume=True,
+                    benchmark={"num_tasks": 4, "tasks": [2, 3]})
+    steps = 2 * 30 // 10  # two tasks of 30 samples, batch 10, before and now
+    assert again["resumed_from_step"] == steps + steps
+    assert again["init_from"] == first["init_from"] == {"run": run_dir, "tasks_before": 2, "steps_before": steps}
+    assert again["train_steps"] == first["train_steps"] == steps
+    np.testing.assert_array_equal(again.accuracy_matrix, first.accuracy_matrix)
