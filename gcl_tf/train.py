@@ -241,6 +241,9 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
     evaluator.eval_samples = int(progress.eval_samples.numpy())
     task_seconds = progress.task_seconds.numpy().copy()
     step_logger = StepLogger(writer, config.train.log_every)
+    if init_from is not None and verbose:
+        print(f"Starting from the learner of {init_from['run']}: {offset} tasks and {first_step} steps behind it; "
+              f"this run's task 1 is its task {offset + 1}", flush=True)
     if resume_from is not None and verbose:
         print(f"Resuming {output_dir} from step {checkpoints.saved_step}: task {min(first_task + 1, T)}/{T}, "
               f"batch {skip}", flush=True)

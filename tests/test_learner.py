@@ -281,7 +281,7 @@ def test_init_from_refuses_what_is_not_a_finished_run_and_a_task_aware_learner_w
     assert line.startswith("error: benchmark.tasks: 2 is not a task of the 2"), line
 
 
-def test_a_finished_run_writes_its_learner_and_a_later_run_learns_from_it(finished, tmp_path):
+def test_a_finished_run_writes_its_learner_and_a_later_run_learns_from_it(finished, tmp_path, capsys):
     """The learner of a finished run loads with its memory; a run from it on another stream
     (rotated digits) keeps learning: its task indices follow the learner's."""
     from gcl_tf import api
@@ -289,8 +289,10 @@ def test_a_finished_run_writes_its_learner_and_a_later_run_learns_from_it(finish
     config, run_dir = finished["er"]
     learner = gcl_tf.load_model(os.path.join(run_dir, "learner.keras"))
     assert int(learner.memory.num_seen.numpy()) == 60 and int(learner.next_task.numpy()) == 2
-    results = api.run(config, output_dir=str(tmp_path / "later"), verbose=0, init_from=run_dir,
+    results = api.run(config, output_dir=str(tmp_path / "later"), verbose=2, init_from=run_dir,
                       benchmark={"name": "rotated", "num_tasks": 1}, **{"train.learning_rate": 0.01})
+    assert (f"Starting from the learner of {run_dir}: 2 tasks and 6 steps behind it; this run's task 1 is its "
+            "task 3") in capsys.readouterr().out
     assert results["init_from"]["tasks_before"] == 2 and results.accuracy_matrix.shape == (1, 1)
     later = gcl_tf.load_model(str(tmp_path / "later" / "learner.keras"))
     assert int(later.memory.num_seen.numpy()) == 60 + 30 and int(later.next_task.numpy()) == 3
