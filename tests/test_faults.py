@@ -258,6 +258,7 @@ def uninterrupted(preempted_config, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # real processes, real signals
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_saves_at_the_next_step_and_resume_is_bit_identical(signum, preempted_config, uninterrupted,
                                                                      tmp_path):
@@ -449,6 +450,7 @@ def can_mount_a_small_disk(tmp_path) -> bool:
 
 
 # 2 tasks x 10 steps, checkpoints every 4 steps and at each task end (4, 8, 10, 12, 16, 20).
+@pytest.mark.slow  # a run on a small filesystem, then its resume
 @pytest.mark.parametrize("mode, value, written, kept, message", [
     ("step", 13, "checkpoints/ckpt-16", 12,
      "; free space on its disk, then continue with --resume from the checkpoint of step 12, which is kept"),

@@ -74,7 +74,8 @@ def predictions(model, images):
         return model.predict(images, batch_size=20, verbose=0)
 
 
-@pytest.mark.parametrize("name", ["gcl", "er", "ewc", "gem", "agem", "mer", "icarl", "finetune"])
+@pytest.mark.parametrize("name", ["gcl", "er", "ewc", "gem", "agem", pytest.param("mer", marks=pytest.mark.slow),
+                                  "icarl", "finetune"])
 def test_every_method_saves_whole_and_goes_on_as_if_never_saved(name, tmp_path):
     """Train a task, save, load: the loaded learner holds the same weights, optimizer state and
     memory, predicts the same, and after one more task on both, they are still equal."""
@@ -117,6 +118,7 @@ def test_a_state_that_does_not_fit_is_an_error_naming_it():
         saving.load_state(model, store)
 
 
+@pytest.mark.slow  # a second process
 def test_a_saved_learner_loads_in_a_fresh_process_with_keras_load_model(tmp_path):
     """In a new process, keras.models.load_model (the class imported) gives the same predictions
     and, after one more task, the same learner as the process that saved it."""
