@@ -127,7 +127,3 @@ def gcl_eval_flops(model, images: int, samples: int, context_passes: int = 1) ->
     per_sample = 2.0 * images * M * (H + K) + 2.0 * images * K * H + 2.0 * images * 2 * H * K
     return context_passes * embed(M) + embed(images) + kernel + samples * per_sample
 
-
-def classifier_step_flops(model, rows: int) -> float:
-    forward, first = layer_flops(model.network, rows)
-    return training_flops(forward, first)
