@@ -1,7 +1,8 @@
 """Mixed precision (``train.mixed_precision``) through Keras's dtype policies.
 
 ``float32`` (the default), ``mixed_float16`` or ``mixed_bfloat16``: the layers a method builds
-(trunks, heads, classifiers) are created under that Keras dtype policy, so they keep float32
+(trunks, heads, classifiers) are created under that Keras dtype policy (:func:`policy_scope`
+around :func:`gcl_tf.methods.build`; a saved learner records it and loads under it), so they keep float32
 variables and compute in float16 / bfloat16; the method itself (the outer ``keras.Model``) keeps
 the float32 policy, and what it computes around its layers stays float32: every method's losses
 (:func:`gcl_tf.methods.base.cross_entropy` casts the logits) and GCL's graph math (kernel,
