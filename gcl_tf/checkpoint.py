@@ -99,17 +99,6 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0].split(" [Op:")[0] if text else error.__class__.__name__
 
 
-def config_differences(saved: dict, current: dict, ignored=RESUME_IGNORED_KEYS) -> list[str]:
-    """Dotted keys whose values differ between two config dictionaries (``ignored`` keys and
-    sections left out), as ``key (saved -> current)``."""
-    def keep(key):
-        return not any(key == k or key.startswith(k + ".") for k in ignored)
-
-    a, b = config_lib.flat_keys(saved), config_lib.flat_keys(current)
-    keys = [k for k in dict.fromkeys(list(a) + list(b)) if keep(k)]
-    return [f"{k} ({a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r})" for k in keys if a.get(k) != b.get(k)]
-
-
 def check_resumable(output_dir: str, config) -> list[str]:
     """The checkpoints ``--resume`` may continue from, newest first; a one-line UserError when
     there is none or when ``config`` differs from the run's ``DIR/config.yaml`` in a key that
@@ -128,9 +117,8 @@ def check_resumable(output_dir: str, config) -> list[str]:
         saved = config_lib.load_config(saved_path).to_dict()
     except UserError as error:
         raise UserError(f"--resume: the run's {saved_path} is not a valid config ({error})") from None
-    differences = config_differences(saved, config.to_dict())
-    if differences:
-        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+    shown = config_lib.describe_differences(saved, config.to_dict(), RESUME_IGNORED_KEYS)
+    if shown:
         raise UserError(
             f"--resume: the config differs from the run's {saved_path}: {shown}; "
             "resume with the run's config or start a new run in another --output"

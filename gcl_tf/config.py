@@ -267,6 +267,19 @@ def flat_keys(data: dict, prefix: str = "") -> dict:
     return out
 
 
+def describe_differences(before: dict, after: dict, ignored=()) -> str:
+    """The dotted keys whose values differ between two config dictionaries (nested or flat;
+    ``ignored`` keys and sections left out), the first three as ``key (before -> after)`` in one
+    line; "" when none differs."""
+    def keep(key):
+        return not any(key == k or key.startswith(k + ".") for k in ignored)
+
+    a, b = flat_keys(before), flat_keys(after)
+    keys = [k for k in dict.fromkeys(list(a) + list(b)) if keep(k)]
+    shown = [f"{k} ({a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r})" for k in keys if a.get(k) != b.get(k)]
+    return "; ".join(shown[:3]) + ("; ..." if len(shown) > 3 else "")
+
+
 def load_config(path: Optional[str] = None, overrides=()) -> Config:
     raw = load_yaml(path) if path else {}
     return resolve(raw, overrides)

@@ -28,8 +28,8 @@ from gcl_tf.errors import UserError
 from gcl_tf.faults import disk_error
 
 LEARNER = "learner.keras"
-# Constructor keywords from the run's config that do not make another learner.
-_FREE_RUN_ARGUMENTS = ("seed", "batch_size", "eval_batch_size", "name", "input_shape", "num_classes")
+# The benchmark keys a method's constructor may take (methods.run_arguments): part of the learner.
+_BENCHMARK_ARGUMENTS = ("num_tasks", "multi_head", "classes_per_task")
 
 
 def learner_path(run_dir: str) -> str:
@@ -60,17 +60,12 @@ def learner_keys(config, info: dict) -> dict:
     from gcl_tf import methods
 
     data = config.to_dict()
-    keys = {**config_lib.flat_keys({"method": data["method"], "model": data["model"]}),
+    run = methods.run_arguments(config, info["input_shape"], info["num_classes"])
+    return {**config_lib.flat_keys({"method": data["method"], "model": data["model"]}),
             "train.optimizer": config.train.optimizer, "train.mixed_precision": config.train.mixed_precision,
             "the data's classes": int(info["num_classes"]),
-            "the data's image shape": [int(d) for d in info["input_shape"]]}
-    run = methods.run_arguments(config, info["input_shape"], info["num_classes"])
-    names = {"num_tasks": "benchmark.num_tasks", "multi_head": "benchmark.multi_head",
-             "classes_per_task": "benchmark.classes_per_task", "hidden_size": "model.hidden_size"}
-    for name, value in run.items():
-        if name not in _FREE_RUN_ARGUMENTS:
-            keys[names.get(name, name)] = value
-    return keys
+            "the data's image shape": [int(d) for d in info["input_shape"]],
+            **{f"benchmark.{name}": run[name] for name in _BENCHMARK_ARGUMENTS if name in run}}
 
 
 def check_init_from(config, benchmark, output_dir: str) -> dict:
@@ -96,11 +91,8 @@ def check_init_from(config, benchmark, output_dir: str) -> dict:
     except (UserError, OSError, ValueError) as error:
         raise UserError(f"init_from: cannot read the run's config.yaml and model.json in {run_dir} ({error})") from None
     new_info = {"num_classes": benchmark.num_classes, "input_shape": benchmark.input_shape}
-    before, now = learner_keys(saved, info), learner_keys(config, new_info)
-    differences = [f"{key} ({before.get(key, '<absent>')!r} -> {now.get(key, '<absent>')!r})"
-                   for key in dict.fromkeys(list(before) + list(now)) if before.get(key) != now.get(key)]
-    if differences:
-        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+    shown = config_lib.describe_differences(learner_keys(saved, info), learner_keys(config, new_info))
+    if shown:
         raise UserError(f"init_from: the config changes what the learner of {run_dir} is: {shown}; allowed: "
                         "the learner's method, model, optimizer, classes and image shape (the data, seed, "
                         "batch sizes, learning rate and epochs may change)")
@@ -120,7 +112,7 @@ def start_from_learner(model, learner: str, config, num_tasks: int) -> int:
                         f"({reason}); allowed: a learner.keras written by gcl_tf for the same method") from None
     model.optimizer.learning_rate = config.train.learning_rate
     offset = int(model.next_task.numpy())
-    capacity = model.get_config().get("num_tasks")  # task-aware methods: tasks their state has room for
+    capacity = model.constructor_arguments.get("num_tasks")  # task-aware methods: tasks their state has room for
     if capacity is not None and offset + num_tasks > capacity:
         raise UserError(f"init_from: the {config.method.name} learner has room for {capacity} tasks "
                         f"(benchmark.num_tasks of its run) and has begun {offset}; this run's {num_tasks} more do not "

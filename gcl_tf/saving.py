@@ -98,6 +98,11 @@ class LearnerSaving:
         vars(instance)["_built_under_policy"] = keras.config.dtype_policy().name
         return instance
 
+    @property
+    def constructor_arguments(self):
+        """The keywords the learner was constructed with (defaults filled in), read-only."""
+        return self._constructor_arguments
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         keras.saving.register_keras_serializable(package=cls.__module__.split(".")[0], name=cls.__name__)(cls)
@@ -105,7 +110,7 @@ class LearnerSaving:
     def get_config(self) -> dict:
         """The constructor's keywords, as the learner is now (a batch size set by the first batch
         included), the backbone as its Keras config and the dtype policy of its layers."""
-        config = dict(self._constructor_arguments)
+        config = dict(self.constructor_arguments)
         config.update(num_classes=self.num_classes, input_shape=list(self.image_shape), seed=self.seed,
                       batch_size=self.batch_size, eval_batch_size=self.eval_batch_size, name=self.name)
         if config.get("backbone") is not None:
@@ -126,9 +131,6 @@ class LearnerSaving:
             config["input_shape"] = tuple(config["input_shape"])
         with policy_scope(policy):
             return cls(**config)
-
-    def get_compile_config(self) -> dict:
-        return super().get_compile_config()
 
     def compile_from_config(self, config) -> None:
         """Compile as the saved learner was (its optimizer, whose variables load next)."""
