@@ -15,7 +15,15 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from test_reliability import assert_bit_identical, checkpoint_arrays, latest, results_of, snapshot
+from test_reliability import (
+    assert_bit_identical,
+    checkpoint_arrays,
+    completed_run,
+    config_file,
+    latest,
+    results_of,
+    snapshot,
+)
 
 from conftest import REPO, TINY, _deep_update
 
@@ -244,18 +252,12 @@ def train_process(config, out, *extra, **popen):
 
 @pytest.fixture(scope="module")
 def preempted_config(tmp_path_factory):
-    path = tmp_path_factory.mktemp("preempted") / "gcl.yaml"
-    path.write_text(PREEMPTED_RUN)
-    return path
+    return config_file(tmp_path_factory, PREEMPTED_RUN, "gcl.yaml")
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(preempted_config, tmp_path_factory):
-    out = tmp_path_factory.mktemp("uninterrupted") / "run"
-    proc = train_process(preempted_config, out)
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
-    return out
+    return completed_run(preempted_config, tmp_path_factory.mktemp("uninterrupted") / "run")
 
 
 @pytest.mark.slow  # real processes, real signals

@@ -11,6 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 import yaml
+from test_reliability import completed_run
 
 import gcl_tf
 from gcl_tf import methods, saving
@@ -179,13 +180,6 @@ METHOD = {
 }
 
 
-def cli(config_path, out, *extra):
-    argv = [sys.executable, "-m", "gcl_tf.train", "--config", str(config_path), "--output", str(out),
-            "--deterministic", *extra]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=ENV, timeout=600)
-    return proc
-
-
 def write_config(tmp_path, method: str, **benchmark) -> str:
     config = json.loads(json.dumps(RUN))
     config["method"] = METHOD[method]
@@ -203,10 +197,9 @@ def test_tasks_learned_in_two_runs_equal_one_run_bit_for_bit(method, tmp_path):
     whole = write_config(tmp_path, method)
     first = write_config(tmp_path, method, tasks=[0, 1])
     later = write_config(tmp_path, method, tasks=[2, 3])
-    for config, out, extra in ((whole, "whole", ()), (first, "first", ()),
-                               (later, "later", ("--init-from", str(tmp_path / "first")))):
-        proc = cli(config, tmp_path / out, *extra)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    completed_run(whole, tmp_path / "whole")
+    completed_run(first, tmp_path / "first")
+    completed_run(later, tmp_path / "later", "--init-from", str(tmp_path / "first"))
     result = {name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("whole", "first", "later")}
     R = np.asarray(result["whole"]["accuracy_matrix"])
     assert R[-1, :].mean() > 25.0, R  # it learned something: the equality is not one of chance levels

@@ -72,6 +72,20 @@ def train_cli(config, out, *extra):
     return python("-m", "gcl_tf.train", "--config", str(config), "--output", str(out), "--deterministic", *extra)
 
 
+def completed_run(config, out, *extra):
+    """``out`` after a deterministic CLI run of ``config`` that must succeed."""
+    proc = train_cli(config, out, *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def config_file(tmp_path_factory, text: str, name: str = "config.yaml"):
+    """``text`` written to a new file ``name`` in a fresh folder of the test session."""
+    path = tmp_path_factory.mktemp("config") / name
+    path.write_text(text)
+    return path
+
+
 def results_of(run_dir) -> dict:
     with open(os.path.join(run_dir, "results.json")) as handle:
         return json.load(handle)
@@ -102,18 +116,13 @@ def assert_bit_identical(a: dict, b: dict):
 
 @pytest.fixture(scope="module")
 def gcl_config(tmp_path_factory):
-    path = tmp_path_factory.mktemp("config") / "gcl.yaml"
-    path.write_text(GCL_RUN)
-    return path
+    return config_file(tmp_path_factory, GCL_RUN, "gcl.yaml")
 
 
 @pytest.fixture(scope="module")
 def reference(gcl_config, tmp_path_factory):
     """The uninterrupted deterministic run."""
-    out = tmp_path_factory.mktemp("reference") / "run"
-    proc = train_cli(gcl_config, out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return completed_run(gcl_config, tmp_path_factory.mktemp("reference") / "run")
 
 
 # ----------------------------------------------------------------------------- kill and resume
