@@ -73,7 +73,9 @@ class Progress(tf.Module):
 
 
 def checkpoint_dir(output_dir: str) -> str:
-    return os.path.join(output_dir, CHECKPOINTS)
+    """``DIR/checkpoints``, absolute: a relative ``--output`` (``runs/qs``) must name the same folder
+    in every call, and TensorFlow's index joins the folder to the relative names it stores."""
+    return os.path.abspath(os.path.join(output_dir, CHECKPOINTS))
 
 
 def latest_checkpoint(output_dir: str):
@@ -88,10 +90,11 @@ def saved_checkpoints(output_dir: str) -> list[str]:
     state = tf.train.get_checkpoint_state(folder) if os.path.isdir(folder) else None
     if state is None or not state.model_checkpoint_path:
         return []
+    # get_checkpoint_state already joins ``folder`` to the relative names the index holds.
     paths = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
-    return [p if os.path.isabs(p) else os.path.join(folder, p) for p in reversed(paths)]
+    return list(reversed(paths))
 
 
 def _first_line(error: BaseException) -> str:
@@ -207,7 +210,9 @@ class RunCheckpoints:
         for path in damaged:
             for name in glob.glob(glob.escape(path) + ".*"):
                 os.unlink(name)
-        kept = [p for p in reversed(candidates) if p not in damaged]  # oldest first, as the index
+        # Oldest first, as the index; names relative to the folder, as CheckpointManager writes
+        # them, so the folder can still be moved.
+        kept = [os.path.basename(p) for p in reversed(candidates) if p not in damaged]
         tf.compat.v1.train.update_checkpoint_state(self.folder, kept[-1], kept)
 
     def check_finite(self) -> None:

@@ -298,6 +298,36 @@ def test_a_signal_saves_at_the_next_step_and_resume_is_bit_identical(signum, pre
     assert_bit_identical(checkpoint_arrays(latest(out)), checkpoint_arrays(latest(uninterrupted)))
 
 
+@pytest.mark.slow  # real processes
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill -9"])
+def test_resume_with_a_relative_output_from_another_directory(stop, preempted_config, uninterrupted, tmp_path):
+    """As people type it: ``--config gcl.yaml --output runs/qs`` in their own folder; Ctrl-C (or
+    kill -9 after the first task's checkpoint), then the resume command the run printed (or the
+    same command with --resume) finishes the run with the uninterrupted run's results."""
+    shutil.copy(preempted_config, tmp_path / "er.yaml")
+    argv = [sys.executable, "-m", "gcl_tf.train", "--config", "er.yaml", "--output", "runs/qs", "--deterministic"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
+    for line in proc.stdout:  # task 1 is done and saved; task 2 is training
+        if line.startswith("Task 2/2"):
+            proc.send_signal(signal.SIGINT if stop == "ctrl-c" else signal.SIGKILL)
+            break
+    _, err = proc.communicate(timeout=600)
+    command = "python -m gcl_tf.train --config er.yaml --output runs/qs --deterministic --resume"
+    if stop == "ctrl-c":
+        assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+        [line] = our_lines(err)
+        assert line.endswith(f"resume with: {command}"), line
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "runs" / "qs" / "checkpoints").is_dir() and not (tmp_path / "runs" / "qs" / "runs").exists()
+    proc = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=tmp_path,
+                          env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = results_of(tmp_path / "runs" / "qs")
+    assert resumed["resumed_from_step"] >= STEPS
+    assert resumed["accuracy_matrix"] == results_of(uninterrupted)["accuracy_matrix"]
+
+
 def sigterm_after_step(monkeypatch, step):
     """A real SIGTERM to this process right after training step ``step`` (of a run's task)."""
     from gcl_tf import callbacks
@@ -324,7 +354,8 @@ def stopped_line(main, argv, capsys) -> str:
 
 def test_a_stopped_search_and_suite_go_on_from_the_stopped_runs_checkpoint(tmp_path, monkeypatch, capsys):
     """SIGTERM during a tune trial or a paper suite's run: one line, exit 143; the same command
-    again resumes that run from its checkpoint (not from its start)."""
+    again resumes that run from its checkpoint (not from its start). Relative folders, as people
+    type them, from a working directory that is not the repository."""
     from gcl_tf import train, tune
     from gcl_tf.benchmark import paper
 
@@ -335,15 +366,17 @@ def test_a_stopped_search_and_suite_go_on_from_the_stopped_runs_checkpoint(tmp_p
     config = write_config(tmp_path, {"benchmark": {"num_tasks": 2, "samples_per_task": 50},
                                      "train": {"checkpoint_every": 0},
                                      "tune": {"space": {"train.learning_rate": [0.1]}}})
-    suite_argv = ["--config-dir", write_configs(str(tmp_path / "configs")), "--benchmarks", "tiny_digits",
-                  "--methods", "finetune", "--seeds", "1", "--studies", "main", "--output", str(tmp_path / "suite")]
+    write_configs(str(tmp_path / "configs"))
+    monkeypatch.chdir(tmp_path)
+    suite_argv = ["--config-dir", "configs", "--benchmarks", "tiny_digits",
+                  "--methods", "finetune", "--seeds", "1", "--studies", "main", "--output", "results/suite"]
     commands = {
-        "tune": (tune.main, ["--config", config, "--output", str(tmp_path / "search")],
+        "tune": (tune.main, ["--config", os.path.basename(config), "--output", "runs/search"],
                  "run the same command again (without --overwrite) to resume the search"),
         "paper": (paper.main, suite_argv, "run the same command again to resume the suite"),
     }
-    runs = {"tune": os.path.join(tmp_path, "search", "trial_*"),
-            "paper": os.path.join(tmp_path, "suite", "runs", "tiny_digits", "finetune", "seed0")}
+    runs = {"tune": os.path.join(tmp_path, "runs", "search", "trial_*"),
+            "paper": os.path.join(tmp_path, "results", "suite", "runs", "tiny_digits", "finetune", "seed0")}
     for name, (main, argv, hint) in commands.items():
         with monkeypatch.context() as patch:
             sigterm_after_step(patch, 7)  # in task 2 (a task is 4 to 6 steps)
