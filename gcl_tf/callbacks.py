@@ -185,3 +185,55 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.check()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(max(seconds, 0.0)))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+class ProgressLine(keras.callbacks.Callback):
+    """One line about every ``every`` seconds while a task trains, for output that is not a
+    terminal (a log file has no progress bar)::
+
+        task 2/5 step 812/2000, run 2812/10000 steps, 1.42 steps/s, about 1h25m of training left
+
+    The rate is measured over the steps since the last line (evaluation excluded); the time left
+    is the run's remaining training steps at that rate. No per-step host sync: the step is
+    counted in Python, as :class:`StepLogger` does. ``clock`` is for tests.
+    """
+
+    def __init__(self, every: float = 60.0, run_steps: int = 0, done_before: int = 0, num_tasks: int = 1,
+                 prefix: str = "  ", print_fn=None, clock=time.monotonic):
+        super().__init__()
+        self.every = float(every)
+        self.run_steps = int(run_steps)  # every training step of the run, the ones done before included
+        self.run_done = int(done_before)
+        self.num_tasks = int(num_tasks)
+        self.prefix = prefix
+        self.print_fn = print_fn or (lambda text: print(text, flush=True))
+        self.clock = clock
+        self.task, self.task_steps, self.task_done = 0, 0, 0
+
+    def begin_task(self, task: int, task_steps: int, done: int = 0) -> None:
+        """Before a task's ``fit``: its index, its number of steps and those already done (resume)."""
+        self.task, self.task_steps, self.task_done = int(task), int(task_steps), int(done)
+
+    def on_train_begin(self, logs=None):
+        self._per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        self._mark = (self.clock(), self.run_done)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.task_done += self._per_call
+        self.run_done += self._per_call
+        now = self.clock()
+        since, steps_then = self._mark
+        if now - since < self.every:
+            return
+        rate = (self.run_done - steps_then) / max(now - since, 1e-9)
+        left = max(self.run_steps - self.run_done, 0) / rate if rate > 0 else float("inf")
+        self.print_fn(f"{self.prefix}task {self.task + 1}/{self.num_tasks} step {self.task_done}/{self.task_steps}, "
+                      f"run {self.run_done}/{self.run_steps} steps, {rate:.2f} steps/s, "
+                      f"about {_duration(left)} of training left")
+        self._mark = (now, self.run_done)

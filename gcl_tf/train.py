@@ -40,6 +40,7 @@ from gcl_tf.quiet import import_tensorflow
 
 RESULTS = "results.json"
 ARTIFACTS = "artifacts.npz"  # arrays for the figures (gcl_tf.benchmark): model.export_artifacts
+PROGRESS_SECONDS = 60.0  # a progress line about once a minute in a log file (train.run's progress_seconds)
 MODEL_INFO = "model.json"  # input shape, classes and method: what gcl_tf.export needs with the checkpoint
 
 
@@ -156,14 +157,16 @@ def start_output(output_dir: str, config, benchmark) -> None:
 
 
 def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
-        _strategy=None) -> dict:
+        progress_seconds=None, _strategy=None) -> dict:
     """Train and evaluate one configuration; returns (and writes) the results dictionary.
 
     ``resume``: continue from the last checkpoint in ``output_dir`` (the config must match the
     run's ``config.yaml``). Bad input (config, data, a missing checkpoint, more memory than the
     device has) raises a UserError before anything in ``output_dir`` is written; another run
     holding ``output_dir`` a FolderBusy. SIGTERM or SIGINT during training saves a checkpoint at
-    the next step and raises :class:`gcl_tf.errors.Stopped`.
+    the next step and raises :class:`gcl_tf.errors.Stopped`. ``progress_seconds``: a progress
+    line (step, steps/s, time left) about that often while a task trains; None: every
+    PROGRESS_SECONDS when ``verbose`` and the output is not a terminal (a log file), else none.
     """
     import keras
     import tensorflow as tf
@@ -178,6 +181,8 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     verbose = config.train.verbose if verbose is None else verbose
     if verbose == 1 and not sys.stdout.isatty():  # piped to a log: a plain line per task, no progress-bar escapes
         verbose = 2
+    if progress_seconds is None:
+        progress_seconds = PROGRESS_SECONDS if verbose and not sys.stdout.isatty() else 0
     check_output(output_dir, overwrite, resume)
     if resume:
         check_resumable(output_dir, config)
@@ -196,7 +201,7 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         # A non-chief worker takes part in every step but writes into a scratch folder.
         with tempfile.TemporaryDirectory(prefix="gcl_tf-worker-") as scratch:
             return run(config, output_dir=scratch, overwrite=True, verbose=0, benchmark=benchmark,
-                       _strategy=strategy)
+                       progress_seconds=0, _strategy=strategy)
     init_from = None
     if config.init_from is not None and not resume:  # a resumed run restores its own checkpoint
         from gcl_tf.learner import check_init_from
@@ -207,17 +212,18 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     with exclusive(output_dir), StopSignals(enabled=config.train.distribute != "multi_worker") as stop:
         check_output(output_dir, overwrite, resume)  # again, now that no other run can change the folder
         resume_from = check_resumable(output_dir, config) if resume else None
-        return _train(config, output_dir, verbose, benchmark, strategy, resume_from, stop, init_from)
+        return _train(config, output_dir, verbose, benchmark, strategy, resume_from, stop, init_from,
+                      progress_seconds)
 
 
 def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, stop: StopSignals,
-           init_from=None) -> dict:
+           init_from=None, progress_seconds=0) -> dict:
     """:func:`run` in the folder it holds: build (or restore) the model, train, write the results."""
     import tensorflow as tf
 
     from gcl_tf import metrics
-    from gcl_tf.callbacks import PeriodicCheckpoint, StepLogger, TaskBoundary, TaskEndEvaluation
-    from gcl_tf.data.streams import train_dataset
+    from gcl_tf.callbacks import PeriodicCheckpoint, ProgressLine, StepLogger, TaskBoundary, TaskEndEvaluation
+    from gcl_tf.data.streams import task_steps_per_epoch, train_dataset
     from gcl_tf.distribute import distribute_batches
 
     if strategy is not None:  # a distributed iterator reports its end as running out of data
@@ -277,6 +283,10 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
 
     periodic = PeriodicCheckpoint(config.train.checkpoint_every, save_mid_task, checkpoints.check_finite,
                                   stop=stop_if_asked)
+    task_steps = [task_steps_per_epoch(len(t.train), config.train.batch_size, t.index) * config.train.epochs
+                  for t in benchmark.tasks]
+    progress_line = ProgressLine(progress_seconds, run_steps=sum(task_steps),
+                                 done_before=sum(task_steps[:first_task]) + skip, num_tasks=T)
     for i in range(first_task, T):
         task = benchmark.tasks[i]  # its data is the protocol's task task.index
         done = skip if i == first_task else 0
@@ -301,10 +311,12 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
         checkpoints.task = i
         checkpoints.task_first_step = int(model.step_counter.numpy()) - done
         periodic.begin_task(checkpoints.task_first_step, total)
+        progress_line.begin_task(i, total, done)
         clock.update(start=time.perf_counter(), eval=evaluator.eval_seconds)
         model.fit(
             **fit_args,
-            callbacks=[periodic, TaskBoundary(offset + i, dataset, task.classes), evaluator, step_logger],
+            callbacks=[periodic, TaskBoundary(offset + i, dataset, task.classes), evaluator, step_logger,
+                       *([progress_line] if progress_seconds else [])],
             verbose=verbose,
             shuffle=False,
         )

@@ -46,6 +46,46 @@ def test_piped_output_is_plain_lines_without_progress_bar_escapes(tmp_path, make
     assert len(steps) == 3 and all(line.startswith("10/10 - ") for line in steps), lines
 
 
+def test_progress_line_reports_step_rate_and_time_left_about_every_interval():
+    """A line once ``every`` seconds have passed (not per step): the task's and the run's step,
+    the rate since the last line and the run's training time left at that rate."""
+    from gcl_tf.callbacks import ProgressLine
+
+    now, lines = [0.0], []
+    line = ProgressLine(every=60, run_steps=5000, done_before=1000, num_tasks=5, prefix="",
+                        print_fn=lines.append, clock=lambda: now[0])
+    line.begin_task(1, 1000, done=0)
+    line.set_model(type("M", (), {"steps_per_execution": 1})())
+    line.on_train_begin()
+    for _ in range(95):  # 95 steps in 59.4 s: no line yet
+        now[0] += 0.625
+        line.on_train_batch_end(0)
+    assert lines == []
+    now[0] += 0.625
+    line.on_train_batch_end(0)  # the 96th step at 60 s: 1.6 steps/s, 3904 steps left
+    assert lines == ["task 2/5 step 96/1000, run 1096/5000 steps, 1.60 steps/s, about 40m40s of training left"]
+    for _ in range(840):  # 2 steps/s from here on: a line every 120 steps
+        now[0] += 0.5
+        line.on_train_batch_end(0)
+    assert len(lines) == 1 + 840 // 120
+    assert lines[-1] == "task 2/5 step 936/1000, run 1936/5000 steps, 2.00 steps/s, about 25m32s of training left"
+
+
+@pytest.mark.slow
+def test_a_run_prints_a_progress_line_per_interval_with_the_runs_steps(tmp_path, make_config, capsys):
+    from gcl_tf.train import run
+
+    config = make_config({"train": {"verbose": 2}})
+    run(config, output_dir=str(tmp_path / "run"), progress_seconds=1e-9)  # a line after every step
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if "steps/s" in line]
+    assert len(lines) == 30, lines
+    assert lines[0].startswith("task 1/3 step 1/10, run 1/30 steps, ")
+    assert lines[-1].startswith("task 3/3 step 10/10, run 30/30 steps, ") and lines[-1].endswith(
+        "about 0m00s of training left")
+    run(config, output_dir=str(tmp_path / "quiet"), verbose=0)  # verbose 0 and no interval: nothing
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.slow
 def test_train_cli_writes_results_and_tensorboard_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "run"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 import time
 
 import keras_tuner as kt
@@ -141,8 +142,11 @@ class ContinualHyperModel(kt.HyperModel):
             keras.backend.clear_session()
             resume = can_resume(output_dir, config)  # a trial stopped by a signal goes on
             try:
+                # In a log file a trial shows a progress line about once a minute, whatever its verbosity.
+                progress = None if sys.stdout.isatty() else train_lib.PROGRESS_SECONDS
                 results = train_lib.run(config, output_dir, overwrite=not resume, verbose=self.plan.trial_verbose,
-                                        benchmark=self.plan.benchmark_for(config), resume=resume)
+                                        benchmark=self.plan.benchmark_for(config), resume=resume,
+                                        progress_seconds=progress)
             except TrainingError as error:  # a diverging run: the worst score, the search goes on
                 print(f"  trial {trial_id}: {' '.join(str(error).split())} (scored 0)", flush=True)
                 results = {"acc": 0.0, "fgt": float("nan"), "bwt": float("nan"), "num_tasks": 0}
