@@ -62,6 +62,9 @@ class TaskEndEvaluation(keras.callbacks.Callback):
         T = benchmark.num_tasks
         self.matrix = np.full((T, T), np.nan)
         self.task_index = 0
+        # One more matrix per evaluation variant of the model (model.evaluation_variants()), set
+        # by the driver before the first task (NaN rows until evaluated).
+        self.variant_matrices = {}
         self.eval_seconds = 0.0
         self.eval_samples = 0  # real (unpadded) samples evaluated, over all task ends
         self._datasets = None
@@ -87,10 +90,21 @@ class TaskEndEvaluation(keras.callbacks.Callback):
                 self.eval_samples += len(task.eval_data(self.split))
         return np.asarray(row)
 
+    def variants(self, model) -> dict:
+        """The model's evaluation variants, each with its accuracy matrix (created on first use)."""
+        found = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+        T = self.benchmark.num_tasks
+        for name in found:
+            self.variant_matrices.setdefault(name, np.full((T, T), np.nan))
+        return found
+
     def on_train_end(self, logs=None):
         start = time.perf_counter()
         i = self.task_index
         self.matrix[i] = self.evaluate_all(self.model)
+        for name, settings in self.variants(self.model).items():
+            with self.model.evaluation_variant(settings):
+                self.variant_matrices[name][i] = self.evaluate_all(self.model)
         self.eval_seconds += time.perf_counter() - start
         seen = float(np.mean(self.matrix[i, : i + 1]))
         if self.writer is not None:
@@ -99,6 +113,9 @@ class TaskEndEvaluation(keras.callbacks.Callback):
                 tf.summary.scalar("accuracy/average_tasks_seen", seen)
                 for j, value in enumerate(self.matrix[i]):
                     tf.summary.scalar(f"accuracy/task_{j + 1:02d}", value)
+                for name, matrix in self.variant_matrices.items():
+                    tf.summary.scalar(f"accuracy_{name}/average_all_tasks", float(np.mean(matrix[i])))
+                    tf.summary.scalar(f"accuracy_{name}/average_tasks_seen", float(np.mean(matrix[i, : i + 1])))
                 graph = self.model.context_graph() if hasattr(self.model, "context_graph") else None
                 if graph is not None:
                     tf.summary.image("context_graph", graph_image(*graph)[None])
@@ -106,6 +123,9 @@ class TaskEndEvaluation(keras.callbacks.Callback):
         if self.verbose:
             print(f"  after task {i + 1}: {self.split} accuracy on tasks seen {seen:.2f}%, "
                   f"on all tasks {np.mean(self.matrix[i]):.2f}%", flush=True)
+            for name, matrix in self.variant_matrices.items():
+                print(f"  after task {i + 1} ({name}): {self.split} accuracy on tasks seen "
+                      f"{np.mean(matrix[i, : i + 1]):.2f}%, on all tasks {np.mean(matrix[i]):.2f}%", flush=True)
 
 
 def graph_image(graph, labels) -> np.ndarray:

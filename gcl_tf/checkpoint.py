@@ -48,13 +48,16 @@ class Progress(tf.Module):
     task ``task`` are done; the accuracy matrix rows of the finished tasks (NaN elsewhere), the
     seconds spent training each task and evaluating, and where the run's learner started."""
 
-    def __init__(self, num_tasks: int, name: str = "progress"):
+    def __init__(self, num_tasks: int, num_variants: int = 0, name: str = "progress"):
         super().__init__(name=name)
         with self.name_scope:
             self.task = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="task")
             self.batch = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="batch")
             self.accuracy = tf.Variable(np.full([num_tasks, num_tasks], np.nan), trainable=False,
                                         dtype=tf.float64, name="accuracy")  # [T, T] percent
+            # The accuracy matrices of the model's evaluation variants, in their order.
+            self.variant_accuracy = tf.Variable(np.full([num_variants, num_tasks, num_tasks], np.nan),
+                                                trainable=False, dtype=tf.float64, name="variant_accuracy")
             self.task_seconds = tf.Variable(tf.zeros([num_tasks], tf.float64), trainable=False, name="task_seconds")
             self.eval_seconds = tf.Variable(tf.constant(0.0, tf.float64), trainable=False, name="eval_seconds")
             self.eval_samples = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="eval_samples")
@@ -63,10 +66,13 @@ class Progress(tf.Module):
             self.task_offset = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="task_offset")
             self.first_step = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="first_step")
 
-    def record(self, task: int, batch: int, accuracy, task_seconds, eval_seconds: float, eval_samples: int) -> None:
+    def record(self, task: int, batch: int, accuracy, task_seconds, eval_seconds: float, eval_samples: int,
+               variant_accuracy=None) -> None:
         self.task.assign(task)
         self.batch.assign(batch)
         self.accuracy.assign(np.asarray(accuracy, np.float64))
+        if variant_accuracy is not None and len(variant_accuracy):
+            self.variant_accuracy.assign(np.asarray(variant_accuracy, np.float64))
         self.task_seconds.assign(np.asarray(task_seconds, np.float64))
         self.eval_seconds.assign(float(eval_seconds))
         self.eval_samples.assign(int(eval_samples))
@@ -152,7 +158,8 @@ class RunCheckpoints:
     def __init__(self, model, num_tasks: int, output_dir: str):
         self.model = model
         self.folder = checkpoint_dir(output_dir)
-        self.progress = Progress(num_tasks)
+        variants = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+        self.progress = Progress(num_tasks, len(variants))
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, progress=self.progress)
         self._manager = None
         self.saved_step = None  # global step of the last checkpoint written or restored

@@ -243,6 +243,9 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
     evaluator = TaskEndEvaluation(benchmark, config.eval.split, config.eval.batch_size, writer, verbose=verbose > 0,
                                   strategy=strategy)
     evaluator.matrix = progress.accuracy.numpy().copy()
+    saved_variants = progress.variant_accuracy.numpy()
+    for k, name in enumerate(evaluator.variants(model)):
+        evaluator.variant_matrices[name] = saved_variants[k].copy()
     evaluator.eval_seconds = float(progress.eval_seconds.numpy())
     evaluator.eval_samples = int(progress.eval_samples.numpy())
     task_seconds = progress.task_seconds.numpy().copy()
@@ -261,7 +264,8 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
 
     def progress_now(task, batch, seconds):
         return dict(task=task, batch=batch, accuracy=evaluator.matrix, task_seconds=seconds,
-                    eval_seconds=evaluator.eval_seconds, eval_samples=evaluator.eval_samples)
+                    eval_seconds=evaluator.eval_seconds, eval_samples=evaluator.eval_samples,
+                    variant_accuracy=list(evaluator.variant_matrices.values()))
 
     def save_mid_task(batches_done):
         seconds = task_seconds.copy()
@@ -341,6 +345,11 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
         "eval_split": config.eval.split,
         "accuracy_matrix": R.tolist(),
         **summary,
+        # The same evaluations under each of the model's evaluation variants (GCL's
+        # also_test_graph_samples): {name: {settings, accuracy_matrix, acc, fgt, bwt}}.
+        "evaluations": {name: {"settings": evaluator.variants(model)[name], "accuracy_matrix": matrix.tolist(),
+                               **metrics.summarize(matrix)}
+                        for name, matrix in evaluator.variant_matrices.items()},
         "train_seconds": float(sum(task_seconds)),
         "eval_seconds": float(evaluator.eval_seconds),
         "task_train_seconds": [float(s) for s in task_seconds],

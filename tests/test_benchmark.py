@@ -22,13 +22,19 @@ FIGURES = (f"accuracy_tasks_{BENCHMARK}.png", f"context_graph_{BENCHMARK}.png", 
            f"timing_{BENCHMARK}.png", "memory_acc.png", "memory_fgt.png")
 
 
-def results_of(output):
-    """{(variant, seed): results} read straight from the runs' results.json files."""
+def results_of(output, derived=False):
+    """{(variant, seed): results} read straight from the runs' results.json files; ``derived``:
+    also the ablation's one-sample column, the no-regularisation run's one-sample evaluation."""
     out = {}
     for path in glob.glob(os.path.join(output, "runs", BENCHMARK, "*", "seed*", "results.json")):
         seed_dir = os.path.dirname(path)
         with open(path, encoding="utf-8") as handle:
             out[(os.path.basename(os.path.dirname(seed_dir)), int(os.path.basename(seed_dir)[4:]))] = json.load(handle)
+    if derived:
+        for (variant, seed), results in list(out.items()):
+            if variant == "gcl-no_graph_reg":
+                one = results["evaluations"]["one_sample"]
+                out[("gcl-no_graph_reg-one_sample", seed)] = {"acc": one["acc"], "fgt": one["fgt"]}
     return out
 
 
@@ -62,11 +68,15 @@ def test_paper_suite_writes_every_run_table_figure_and_artifact():
         method = dict(VARIANTS)[variant]
         assert results["method"] == method and results["seed"] == seed
         assert np.asarray(results["accuracy_matrix"]).shape == (2, 2)
-        assert results["train_samples"] == 2 * 60 and results["eval_samples"] == 2 * 2 * 100
+        evaluations = 1 + len(results["evaluations"])  # each evaluation variant evaluates every task again
+        assert results["train_samples"] == 2 * 60 and results["eval_samples"] == evaluations * 2 * 2 * 100
     # The studies' settings reached the runs' configs.
     configs = {k: r["config"]["method"] for k, r in results_of(output).items()}
     assert configs[("gcl-no_graph_reg", 0)]["graph_lambda"] == 0
-    assert configs[("gcl-no_graph_reg-one_sample", 1)]["test_graph_samples"] == 1
+    assert configs[("gcl-no_graph_reg", 1)]["also_test_graph_samples"] == [1]
+    for seed in range(SEEDS):  # the one-sample column: a second evaluation of the same run
+        one = results_of(output)[("gcl-no_graph_reg", seed)]["evaluations"]["one_sample"]
+        assert one["settings"] == {"test_graph_samples": 1} and np.asarray(one["accuracy_matrix"]).shape == (2, 2)
     assert configs[("gcl-no_graph_reg-one_sample-deterministic", 0)]["stochastic_graphs"] is False
     assert configs[("gcl", 0)]["graph_lambda"] == 50 and configs[("gcl", 0)]["stochastic_graphs"] is True
     assert configs[("er-memory20", 1)]["memory_size"] == 20 and configs[("er", 1)]["memory_size"] == 40
@@ -163,7 +173,7 @@ def test_graph_image_sorts_rows_and_columns_by_label():
 @pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
 def test_tables_hold_numpys_mean_and_std_over_the_runs():
     _, output = build()
-    results = results_of(output)
+    results = results_of(output, derived=True)
 
     def stats(variant, key):
         values = np.array([results[(variant, s)][key] for s in range(SEEDS)], dtype=float)
@@ -225,7 +235,7 @@ def test_rerun_skips_finished_runs_and_resumes_a_missing_one(tmp_path, monkeypat
     forbid_training(monkeypatch)
     assert paper.main(suite_args(config_dir, output)) == 0
     assert snapshot(output) == before  # nothing recomputed, nothing rewritten
-    assert "trained 0, skipped 16" in capsys.readouterr().out
+    assert f"trained 0, skipped {len(VARIANTS) * SEEDS}" in capsys.readouterr().out  # 14
 
     # An interrupted suite: one run's results are missing -> only that run is trained again.
     missing = os.path.join(output, "runs", BENCHMARK, "gcl-no_graph_reg", "seed1", "results.json")
@@ -328,6 +338,7 @@ def test_paper_defaults_follow_the_paper(monkeypatch):
     assert {b for b, _ in variants} == set(paper.PAPER_BENCHMARKS)
     assert ("split_cifar100", "icarl") in variants and ("permuted_mnist", "mer") in variants
     assert ("split_cifar10", "gcl-no_graph_reg-one_sample-deterministic") in variants
+    assert ("split_cifar10", "gcl-no_graph_reg-one_sample") not in variants  # an evaluation of gcl-no_graph_reg
     assert not any(v.startswith("gcl-no_graph_reg") for b, v in variants if b != "split_cifar10")
     memory = {(b, v) for b, v in variants if "-memory" in v}
     assert memory == {(b, f"{m}-memory{s}") for b in ("split_svhn", "split_cifar10")

@@ -685,3 +685,44 @@ def test_our_extensions_are_the_defaults_and_null_is_the_paper():
     assert defaults.regularize_below == 1.0 and defaults.kernel_width == 1.0
     paper = config_lib.resolve({"method": {"name": "gcl", "regularize_below": None, "kernel_width": None}}).method
     assert paper.regularize_below is None and paper.kernel_width is None
+
+
+@pytest.mark.slow
+def test_one_run_evaluates_with_one_test_graph_sample_too_exactly_as_a_run_of_its_own(tmp_path, monkeypatch):
+    """also_test_graph_samples: [1] gives, in the same run, the accuracy matrix a run with
+    test_graph_samples: 1 gives (training does not depend on it), kept across a resume."""
+    import os
+    import signal
+
+    from gcl_tf import callbacks, train
+    from gcl_tf.errors import Stopped
+
+    from helpers import digits_config
+
+    def config(**method):
+        return digits_config({"name": "gcl", "memory_size": 50, **method},
+                             benchmark={"num_tasks": 2, "samples_per_task": 100})
+
+    both = train.run(config(also_test_graph_samples=[1]), str(tmp_path / "both"), verbose=0)
+    alone = train.run(config(test_graph_samples=1), str(tmp_path / "alone"), verbose=0)
+    one = both["evaluations"]["one_sample"]
+    assert one["settings"] == {"test_graph_samples": 1}
+    assert one["accuracy_matrix"] == alone["accuracy_matrix"] and one["acc"] == alone["acc"]
+    assert both["accuracy_matrix"] != one["accuracy_matrix"]  # 30 samples differ from one
+    assert "evaluations" in alone and alone["evaluations"] == {}
+
+    # SIGTERM in task 2 and resumed: task 1's one-sample row comes back from the checkpoint.
+    after_batch = callbacks.PeriodicCheckpoint.on_train_batch_end
+
+    def sigterm_at_step_13(self, batch, logs=None):
+        if self.step + self._per_call == 13:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return after_batch(self, batch, logs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(callbacks.PeriodicCheckpoint, "on_train_batch_end", sigterm_at_step_13)
+        with pytest.raises(Stopped):
+            train.run(config(also_test_graph_samples=[1]), str(tmp_path / "resumed"), verbose=0)
+    resumed = train.run(config(also_test_graph_samples=[1]), str(tmp_path / "resumed"), verbose=0, resume=True)
+    assert resumed["resumed_from_step"] == 13
+    assert resumed["evaluations"] == both["evaluations"] and resumed["accuracy_matrix"] == both["accuracy_matrix"]

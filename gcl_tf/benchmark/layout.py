@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -45,16 +46,20 @@ BENCHMARK_LABELS = {
 
 
 # The paper's ablation table (Split CIFAR10): each variant removes one more component of GCL.
-# (folder name, label, config overrides applied on top of the GCL preset)
+# (folder name, label, config overrides applied on top of the GCL preset). "+ one test graph
+# sample" changes only the prediction: it is not trained but read from the no-regularisation
+# run, which also evaluates with one test graph sample (DERIVED).
 ABLATIONS = (
     ("gcl", "Full GCL", ()),
-    ("gcl-no_graph_reg", "No graph regularisation", ("method.graph_lambda=0",)),
+    ("gcl-no_graph_reg", "No graph regularisation", ("method.graph_lambda=0", "method.also_test_graph_samples=[1]")),
     ("gcl-no_graph_reg-one_sample", "+ one test graph sample",
      ("method.graph_lambda=0", "method.test_graph_samples=1")),
     ("gcl-no_graph_reg-one_sample-deterministic", "+ deterministic graphs",
      ("method.graph_lambda=0", "method.test_graph_samples=1", "method.stochastic_graphs=false")),
 )
 ABLATION_VARIANTS = tuple(name for name, _, _ in ABLATIONS)
+# A variant read from another run's evaluation: {variant: (trained variant, its evaluation name)}.
+DERIVED = {"gcl-no_graph_reg-one_sample": ("gcl-no_graph_reg", "one_sample")}
 MEMORY_METHODS = ("er", "gcl")  # the paper's memory-size figure
 
 
@@ -142,8 +147,29 @@ def collect(output: str) -> list[RunResult]:
             raise UserError(f"{path}: not a readable results file ({error.__class__.__name__})") from None
         found.append(RunResult(os.path.basename(os.path.dirname(variant_dir)), os.path.basename(variant_dir),
                                int(match.group(1)), seed_dir, results))
+    found += derived_runs(found)
     found.sort(key=lambda r: (r.benchmark, r.variant, r.seed))
     return found
+
+
+def derived_runs(found) -> list[RunResult]:
+    """The DERIVED variants of the runs ``found`` whose results hold the evaluation they are read
+    from, unless a folder of their own was trained (suites before the evaluations existed): the
+    evaluation's accuracy matrix and metrics, the config with its settings applied."""
+    trained = {(r.benchmark, r.variant, r.seed) for r in found}
+    out = []
+    for variant, (source, evaluation) in DERIVED.items():
+        for run in found:
+            measured = run.results.get("evaluations", {}).get(evaluation)
+            if run.variant != source or measured is None or (run.benchmark, variant, run.seed) in trained:
+                continue
+            config = json.loads(json.dumps(run.config))
+            config.setdefault("method", {}).update(measured.get("settings", {}))
+            results = {**run.results, **{k: v for k, v in measured.items() if k != "settings"},
+                       "config": config, "derived_from": f"{source}/seed{run.seed} (evaluation {evaluation})"}
+            results.pop("evaluations", None)
+            out.append(RunResult(run.benchmark, variant, run.seed, run.folder, results))
+    return out
 
 
 def method_sort_key(method: str):

@@ -11,7 +11,8 @@ Studies (``--studies``):
   with the preset's settings: the paper's Tables 1 and 2, accuracy vs tasks, timing, t-SNE,
   context graph;
 - ``ablation``: GCL with graph_lambda 0, then also one test graph sample, then also deterministic
-  graphs (the paper's ablation table; the full model is the main GCL run), on the benchmarks of
+  graphs (the paper's ablation table; the full model is the main GCL run; the one-sample column
+  is the graph_lambda 0 run's second evaluation, not a run of its own), on the benchmarks of
   --ablation-benchmarks (default: the paper's, split_cifar10);
 - ``memory``: ER and GCL at each memory size of --memory-sizes (default 100 250 500 1000), on the
   benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10). The run
@@ -150,7 +151,8 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             if "gcl" not in presets:
                 raise UserError(f"{path}: the ablation study needs a gcl preset")
             for variant, _, variant_overrides in layout.ABLATIONS:
-                add(b, variant, "gcl", "ablation", list(variant_overrides))
+                if variant not in layout.DERIVED:  # read from the run it is derived from
+                    add(b, variant, "gcl", "ablation", list(variant_overrides))
         if b in study_benchmarks["memory"]:
             for m in layout.MEMORY_METHODS:
                 if m not in presets:

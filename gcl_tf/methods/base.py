@@ -171,6 +171,29 @@ class ContinualModel(LearnerSaving, keras.Model):
             if self._evaluation_depth == 0:
                 self.on_evaluation_end()
 
+    def evaluation_variants(self) -> dict:
+        """Other prediction settings every task-end evaluation also measures, as ``{name:
+        {attribute: value}}``: the driver evaluates every task once more under each (see
+        :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
+        ``evaluations``, so that one training run gives every test-time variant. Default: none."""
+        return {}
+
+    @contextlib.contextmanager
+    def evaluation_variant(self, settings: dict):
+        """Predictions with the model's attributes set to ``settings`` (one of
+        :meth:`evaluation_variants`; prediction-time attributes only: training is unchanged). The
+        compiled test and predict functions are rebuilt on entry and again on exit."""
+        saved = {name: getattr(self, name) for name in settings}
+        try:
+            for name, value in settings.items():
+                setattr(self, name, value)
+            self.test_function = self.predict_function = None
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+            self.test_function = self.predict_function = None
+
     # ------------------------------------------------------------------ Keras entry points
     def fit(self, x=None, y=None, batch_size=None, callbacks=None, shuffle=False, **kwargs):
         """``keras.Model.fit`` on one task's stream, in stream order.

@@ -33,6 +33,10 @@ class Config(MemoryMethodConfig):
     test_temperature: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
     # Graph samples averaged at test time (paper: 30).
     test_graph_samples: int = field(default=30, metadata=_range(1))
+    # Also evaluate with each of these numbers of test graph samples at every task end, in the
+    # same run (results.json: evaluations.one_sample for 1, evaluations.<k>_samples otherwise):
+    # the paper's ablation column "one test sample" needs no training of its own. []: none.
+    also_test_graph_samples: list[int] = field(default_factory=list)
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
     # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or
@@ -54,6 +58,10 @@ class Config(MemoryMethodConfig):
 
     def check_settings(self, section: str = "method"):
         """The rules between the method's own keys (``section``: how errors name them)."""
+        for k in self.also_test_graph_samples:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ConfigError(f"{section}.also_test_graph_samples: {k!r} is not allowed; "
+                                  "allowed: a list of whole numbers of 1 or more")
         if self.context_batch is not None:
             if self.edge_memory != "embeddings":
                 raise ConfigError(

@@ -64,8 +64,8 @@ class GCL(Prediction, ContinualModel):
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
                  graph_lambda=50.0, regularize_below=1.0, kernel_width=1.0, context_temperature=1.0,
-                 target_temperature=5.0, test_temperature=0.1,
-                 test_graph_samples=30, stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=(),
+                 stochastic_graphs=True, edge_memory="matrix", context_batch=None,
                  fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
@@ -74,12 +74,14 @@ class GCL(Prediction, ContinualModel):
             regularize_below=regularize_below, kernel_width=kernel_width,
             context_temperature=context_temperature, target_temperature=target_temperature,
             test_temperature=test_temperature, test_graph_samples=test_graph_samples,
+            also_test_graph_samples=list(also_test_graph_samples),
             stochastic_graphs=stochastic_graphs, edge_memory=edge_memory, context_batch=context_batch,
             fuse_regularizer=fuse_regularizer)
         self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
         self.regularize_below = None if regularize_below is None else float(regularize_below)
         self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
         self.test_temperature, self.test_graph_samples = float(test_temperature), int(test_graph_samples)
+        self.also_test_graph_samples = tuple(int(k) for k in also_test_graph_samples)
         self.stochastic_graphs, self.fuse_regularizer = bool(stochastic_graphs), bool(fuse_regularizer)
         hidden = int(hidden_size)
         self.hidden_size = hidden

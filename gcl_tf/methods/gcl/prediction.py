@@ -34,6 +34,12 @@ class Prediction:
         if unset and self.eval_batch_size is not None:
             self.prepare_test_noise(self.eval_batch_size)
 
+    def evaluation_variants(self) -> dict:
+        """``also_test_graph_samples``: the same evaluation with k test graph samples
+        (``one_sample`` for 1, ``<k>_samples`` otherwise)."""
+        return {("one_sample" if k == 1 else f"{k}_samples"): {"test_graph_samples": k}
+                for k in self.also_test_graph_samples}
+
     # -------------------------------------------------------------- prediction
     def memory_contexts(self):
         """What predictions attend to: the memory's edge embeddings [M, H] and the values
