@@ -55,9 +55,11 @@ class Progress(tf.Module):
             self.batch = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="batch")
             self.accuracy = tf.Variable(np.full([num_tasks, num_tasks], np.nan), trainable=False,
                                         dtype=tf.float64, name="accuracy")  # [T, T] percent
-            # The accuracy matrices of the model's evaluation variants, in their order.
-            self.variant_accuracy = tf.Variable(np.full([num_variants, num_tasks, num_tasks], np.nan),
-                                                trainable=False, dtype=tf.float64, name="variant_accuracy")
+            # The accuracy matrices of the model's evaluation variants, in their order (none: no
+            # variable, and the checkpoint is as without variants).
+            self.variant_accuracy = None if not num_variants else tf.Variable(
+                np.full([num_variants, num_tasks, num_tasks], np.nan), trainable=False, dtype=tf.float64,
+                name="variant_accuracy")
             self.task_seconds = tf.Variable(tf.zeros([num_tasks], tf.float64), trainable=False, name="task_seconds")
             self.eval_seconds = tf.Variable(tf.constant(0.0, tf.float64), trainable=False, name="eval_seconds")
             self.eval_samples = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="eval_samples")
@@ -71,7 +73,7 @@ class Progress(tf.Module):
         self.task.assign(task)
         self.batch.assign(batch)
         self.accuracy.assign(np.asarray(accuracy, np.float64))
-        if variant_accuracy is not None and len(variant_accuracy):
+        if self.variant_accuracy is not None:
             self.variant_accuracy.assign(np.asarray(variant_accuracy, np.float64))
         self.task_seconds.assign(np.asarray(task_seconds, np.float64))
         self.eval_seconds.assign(float(eval_seconds))

@@ -243,9 +243,8 @@ def _train(config, output_dir: str, verbose, benchmark, strategy, resume_from, s
     evaluator = TaskEndEvaluation(benchmark, config.eval.split, config.eval.batch_size, writer, verbose=verbose > 0,
                                   strategy=strategy)
     evaluator.matrix = progress.accuracy.numpy().copy()
-    saved_variants = progress.variant_accuracy.numpy()
     for k, name in enumerate(evaluator.variants(model)):
-        evaluator.variant_matrices[name] = saved_variants[k].copy()
+        evaluator.variant_matrices[name] = progress.variant_accuracy[k].numpy().copy()
     evaluator.eval_seconds = float(progress.eval_seconds.numpy())
     evaluator.eval_samples = int(progress.eval_samples.numpy())
     task_seconds = progress.task_seconds.numpy().copy()

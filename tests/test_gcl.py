@@ -726,3 +726,27 @@ def test_one_run_evaluates_with_one_test_graph_sample_too_exactly_as_a_run_of_it
     resumed = train.run(config(also_test_graph_samples=[1]), str(tmp_path / "resumed"), verbose=0, resume=True)
     assert resumed["resumed_from_step"] == 13
     assert resumed["evaluations"] == both["evaluations"] and resumed["accuracy_matrix"] == both["accuracy_matrix"]
+
+
+def test_the_fill_only_first_batch_is_no_optimizer_step():
+    """As in the authors' code: the first batch only fills the memory: weights, Adam's moments
+    and its step count are as before it, so the first real update is Adam's step 1."""
+    import keras
+
+    import gcl_tf
+
+    keras.utils.set_random_seed(0)
+    model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((30, 8, 8, 1), dtype=np.float32), np.arange(30) % 10
+    stream = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+    model.fit(stream.take(1), verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 0
+    assert all(not np.any(v.numpy()) for v in model.optimizer.variables[2:])  # moments still zero
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    model.fit(stream.skip(1).take(1), verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 1
+    # Adam's step 1 moves every weight with a gradient by about lr (m_hat / sqrt(v_hat) = +-1).
+    moved = np.concatenate([np.abs(v.numpy() - b).ravel() for v, b in zip(model.trainable_variables, before)])
+    assert np.isclose(np.max(moved), 1e-3, rtol=1e-3)

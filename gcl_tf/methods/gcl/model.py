@@ -309,6 +309,7 @@ class GCL(Prediction, ContinualModel):
             "target_edge_logits": logit_of_exp(tf.matmul(rows, target_cols, transpose_b=True)),
             "context_ce": context_ce,
             "regularized": regularized,
+            "learning": learning,
         }
 
     _LOGGED = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
@@ -326,6 +327,11 @@ class GCL(Prediction, ContinualModel):
         with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
             out = self.training_forward(x, y, slots, valid)
         self.apply_gradients(tape, out["replica_loss"])
+        # The fill-only first batch is no optimizer step, as in the authors' code: its gradients
+        # are zero (Adam's moments stay zero, the weights do not move) and the optimizer's step
+        # count goes back, so that the first real update is Adam's step 1 at the full rate.
+        with tf.control_dependencies([self.optimizer.iterations.value]):
+            self.optimizer.iterations.assign_sub(tf.cast(1.0 - out["learning"], self.optimizer.iterations.dtype))
         logs = {name: out[name] for name in self._LOGGED}
         embeddings = tf.stop_gradient(out["embeddings"])
         logits, target_logits = tf.stop_gradient(out["edge_logits"]), tf.stop_gradient(out["target_edge_logits"])
