@@ -122,7 +122,7 @@ def _coerce(value, tp, key: str):
 
 
 def _check_range(value, spec, key):
-    if value is None:
+    if value is None or isinstance(value, str):  # a named choice of a number-or-name key ("median")
         return
     lo, hi, lo_open, hi_open = spec
     ok = True

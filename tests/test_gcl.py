@@ -750,3 +750,54 @@ def test_the_fill_only_first_batch_is_no_optimizer_step():
     # Adam's step 1 moves every weight with a gradient by about lr (m_hat / sqrt(v_hat) = +-1).
     moved = np.concatenate([np.abs(v.numpy() - b).ravel() for v, b in zip(model.trainable_variables, before)])
     assert np.isclose(np.max(moved), 1e-3, rtol=1e-3)
+
+
+def _small_gcl(**keys):
+    import keras
+
+    import gcl_tf
+
+    keras.utils.set_random_seed(0)
+    model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, **keys)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((40, 8, 8, 1), dtype=np.float32), np.arange(40) % 10
+    return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+
+
+def test_median_kernel_width_is_set_once_to_the_contexts_median_squared_distance():
+    """kernel_width: median: at the first step with contexts, exp(s) becomes the median of
+    ||u_i - u_j||^2 over the pairs of contexts (embedded with the weights that step starts from);
+    later steps only move it by Adam's updates."""
+    model, stream = _small_gcl(kernel_width="median")
+    assert np.isclose(np.exp(model.kernel_log_scale.numpy()), 4.0)  # sqrt(H) until then
+    model.fit(stream.take(1), verbose=0)  # fills the memory: 10 contexts
+    assert not bool(model.kernel_width_set.numpy())
+    u, _ = model.embed(model.memory.images[:10], training=False)  # the MLP: no BatchNorm, no dropout
+    d2 = np.square(u.numpy()[:, None, :] - u.numpy()[None, :, :]).sum(-1)
+    expected = np.median(d2[~np.eye(10, dtype=bool)])
+    model.fit(stream.skip(1).take(1), verbose=0)
+    assert bool(model.kernel_width_set.numpy())
+    set_to = model.kernel_log_scale.numpy()
+    np.testing.assert_allclose(np.exp(set_to), expected, rtol=1e-4)
+    model.fit(stream.skip(2).take(2), verbose=0)  # two more Adam steps of lr 1e-3 on s, not a reset
+    assert 0 < abs(model.kernel_log_scale.numpy() - set_to) <= 2.1e-3
+
+
+def test_a_degenerate_context_graph_is_named_in_one_line(capsys):
+    from gcl_tf.methods.gcl.graph import degenerate_edges
+
+    assert degenerate_edges(np.array([[0.0, 0.995, 0.5], [0.001, 0.0, 0.999], [0.2, 0.3, 0.0]])) == (1 / 6, 2 / 6)
+    model, stream = _small_gcl(kernel_width="median")
+    model.fit(stream.take(3), verbose=0)
+    assert model.graph_warning() is None  # the median heuristic spreads the edges
+    model.kernel_log_scale.assign(np.log(1e6))  # every edge near 1
+    line = model.graph_warning()
+    assert "100.0% of the context graph's edge probabilities are above 0.99" in line and "\n" not in line
+    model.kernel_log_scale.assign(np.log(1e-6))  # every edge near 0
+    assert "are below 0.01" in model.graph_warning()
+    capsys.readouterr()
+    model.on_task_end(1, None)  # only the first task's end says it
+    assert capsys.readouterr().err == ""
+    model.on_task_end(0, None)
+    assert capsys.readouterr().err.splitlines() == [model.graph_warning()]

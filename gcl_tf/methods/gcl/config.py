@@ -3,7 +3,7 @@ their ranges and the paper's defaults, and the rules between them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, _range
@@ -25,7 +25,9 @@ class Config(MemoryMethodConfig):
     # learned; our extension, docs/gcl.md). null: sqrt(hidden_size), as the authors initialise it:
     # every edge starts near probability 1 and a short stream ends before the kernel separates
     # the classes.
-    kernel_width: Optional[float] = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    # median: set once, at the first step with contexts, to the median squared distance between
+    # the contexts' edge embeddings (the median heuristic: follows the trunk's scale).
+    kernel_width: Optional[Union[float, Literal["median"]]] = field(default=1.0, metadata=_range(0.0, lo_open=True))
     # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
     # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
     context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))

@@ -20,6 +20,34 @@ def squared_distances(a, b):
     return tf.maximum(a2 + b2 - 2.0 * tf.matmul(a, b, transpose_b=True), 0.0)
 
 
+def median_squared_distance(u, valid):
+    """The median of ``||u_i - u_j||^2`` over the pairs i != j of valid rows of ``u`` [k, H]
+    (``valid`` [k] bool): the kernel width at which a median pair's edge is exp(-1/2) = 0.61,
+    nearer pairs' above it, farther ones' below (the median heuristic). 0 with under two valid rows."""
+    import tensorflow_probability as tfp
+
+    d2 = squared_distances(u, u)  # [k, k]
+    k = tf.shape(u)[0]
+    pairs = tf.logical_and(tf.logical_and(valid[:, None], valid[None, :]), tf.logical_not(tf.eye(k, dtype=tf.bool)))
+    values = tf.boolean_mask(d2, pairs)
+    return tf.cond(tf.size(values) > 0,
+                   lambda: tfp.stats.percentile(values, 50.0, interpolation="midpoint"),
+                   lambda: tf.constant(0.0, d2.dtype))
+
+
+def degenerate_edges(graph, low: float = 0.01, high: float = 0.99):
+    """The share of the off-diagonal edge probabilities of ``graph`` [C, C] (numpy) below ``low``
+    and above ``high``: ``(near_0, near_1)``. A graph whose edges are all near 0 or all near 1
+    carries no neighbourhood: every context's prediction is its own, or the average of all."""
+    import numpy as np
+
+    graph = np.asarray(graph, dtype=np.float64)
+    off = graph[~np.eye(graph.shape[0], dtype=bool)]
+    if off.size == 0:
+        return 0.0, 0.0
+    return float(np.mean(off < low)), float(np.mean(off > high))
+
+
 def kernel_factors(u, log_scale):
     """Rows ``(A, B)`` with ``A_i . B_j = log k(i, j)`` for the RBF kernel on embeddings u [N, H].
 

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from gcl_tf.backbones import feature_size, mlp
 from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
-from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, step_seed
+from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 from gcl_tf.methods.gcl.caches import ContextCache
 from gcl_tf.methods.gcl.config import Config
@@ -36,6 +36,7 @@ from gcl_tf.methods.gcl.graph import (
     kernel_factors,
     logistic_noise,
     logit_of_exp,
+    median_squared_distance,
     normalize_rows,
     regularized_contexts,
     replaced_source_index,
@@ -99,12 +100,16 @@ class GCL(Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
-        # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the authors').
-        width = math.sqrt(hidden) if kernel_width is None else float(kernel_width)
+        # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
+        # authors'; median: sqrt(H) until the first step with contexts sets the median heuristic).
+        self.median_kernel_width = kernel_width == "median"
+        width = math.sqrt(hidden) if kernel_width is None or self.median_kernel_width else float(kernel_width)
         self.kernel_log_scale = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(width)),
             name="kernel_log_scale", trainable=True,
         )
+        # Whether the median heuristic has set the kernel's width (saved: a resumed run keeps it).
+        self.kernel_width_set = state_variable(tf.constant(False), "kernel_width_set")
         self.memory = GraphMemory(memory_size, self.image_shape, seed=self.seed, edge_memory=edge_memory,
                                   embedding_size=hidden)
         self.capacity = int(memory_size)
@@ -350,6 +355,12 @@ class GCL(Prediction, ContinualModel):
             scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
             all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
             logits, target_logits = all_logits[:, :k], all_logits[:, k:]
+        if self.median_kernel_width:  # once, at the first step with contexts: the median heuristic
+            k = slots.shape[0]
+            width = median_squared_distance(embeddings[:k], valid)
+            now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
+            self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
+            self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
         # Best context losses: min with this step's, for the contexts attended to.
         scatter_update(memory.best_loss, slots[:, None], tf.where(valid, tf.minimum(best, context_ce), best))
         # Reservoir insertion of the targets, with the edge memory and the reset of the best

@@ -4,13 +4,15 @@ embeddings once per evaluation), and the artifacts the figures read (the expecte
 the penultimate features). Mixed into :class:`~gcl_tf.methods.gcl.model.GCL`."""
 from __future__ import annotations
 
+import sys
+
 import tensorflow as tf
 
 from gcl_tf.distribute import num_replicas, replica_id
 from gcl_tf.memory import step_seed
 from gcl_tf.methods.base import mask_logits
 from gcl_tf.methods.gcl.caches import TestNoiseCache
-from gcl_tf.methods.gcl.graph import average_log_probs, edge_logits, logistic_noise, relaxed_bernoulli
+from gcl_tf.methods.gcl.graph import average_log_probs, degenerate_edges, edge_logits, logistic_noise, relaxed_bernoulli
 
 SALT_TEST_GRAPH = 202
 
@@ -94,6 +96,33 @@ class Prediction:
                                noise, parallel_iterations=4, fn_output_signature=tf.float32)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         return average_log_probs(log_probs)
+
+    # -------------------------------------------------------------- a graph that cannot learn
+    DEGENERATE_SHARE = 0.99  # of the edges near 0 (or near 1) for the first task's warning
+
+    def graph_warning(self):
+        """One line when the learned context graph is degenerate (nearly every edge probability
+        below 0.01, or above 0.99: the kernel's width does not suit the trunk's embeddings and
+        GCL stays near chance), else None."""
+        found = self.context_graph()
+        if found is None or found[0].shape[0] < 2:
+            return None
+        near_0, near_1 = degenerate_edges(found[0])
+        if max(near_0, near_1) < self.DEGENERATE_SHARE:
+            return None
+        side, share = ("above 0.99", near_1) if near_1 >= near_0 else ("below 0.01", near_0)
+        width = float(tf.exp(self.kernel_log_scale).numpy())
+        return (f"warning: {self.name}: after its first task {100 * share:.1f}% of the context graph's edge "
+                f"probabilities are {side} (kernel width {width:.3g} for this trunk's embeddings), so GCL "
+                "predicts about as well as chance; set method.kernel_width (GCL's kernel_width) to median, "
+                "1.0 or null and compare on validation")
+
+    def on_task_end(self, task_index, dataset) -> None:
+        super().on_task_end(task_index, dataset)
+        if int(task_index) == 0:  # the learner's first task: say so if its graph cannot learn
+            line = self.graph_warning()
+            if line is not None:
+                print(line, file=sys.stderr, flush=True)
 
     # -------------------------------------------------------------- artifacts for the figures
     def context_graph(self):
