@@ -370,6 +370,7 @@ def test_dry_run_totals_notes_the_data_and_estimates_the_time_from_finished_runs
     own times in the same folder (unknown without one). Nothing is trained."""
     from gcl_tf.benchmark import layout, paper
     from gcl_tf.io import write_json_atomic
+
     from tiny_suite import TINY_CONFIG, write_configs
 
     forbid_training(monkeypatch)
