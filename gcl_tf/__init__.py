@@ -43,3 +43,9 @@ def __getattr__(name):
         raise AttributeError(f"module 'gcl_tf' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+# Keras finds the learners' classes as soon as it is imported; TensorFlow imports quietly.
+from gcl_tf import import_hooks as _import_hooks  # noqa: E402
+
+_import_hooks.install()

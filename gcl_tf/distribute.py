@@ -126,3 +126,27 @@ def all_sum(value):
 def replica_rows(global_rows, local_rows: int):
     """Indices [local_rows] of this replica's rows within a global batch of ``global_rows``."""
     return replica_id() * local_rows + tf.range(local_rows)
+
+
+
+def apply_if(condition, fn, *args) -> None:
+    """``fn(*args)`` in a compiled step only when ``condition`` (a scalar bool, the same on every
+    replica) holds; nothing at all otherwise (e.g. an optimizer update skipped whole: its step
+    count does not advance). Under a strategy whose updates go through ``merge_call`` (a
+    MirroredStrategy) the condition is taken in the cross-replica context and ``fn`` runs on every
+    replica with its own ``args``, as Keras's LossScaleOptimizer skips a step: a ``tf.cond`` in a
+    replica context must not hold a ``merge_call``."""
+
+    def run_if(flag, run):
+        tf.cond(flag, lambda: (run(), tf.constant(True))[1], lambda: tf.constant(False))
+
+    if (not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context()
+            or tf.__internal__.distribute.strategy_supports_no_merge_call()):
+        run_if(condition, lambda: fn(*args))
+        return
+
+    def cross_replica(distribution, condition, *args):
+        flag = distribution.experimental_local_results(condition)[0]  # the same on every replica
+        run_if(flag, lambda: distribution.extended.call_for_each_replica(fn, args=args))
+
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition, *args))

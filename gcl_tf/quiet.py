@@ -2,12 +2,14 @@
 
 TensorFlow 2.21 logs a few INFO lines (oneDNN, CUDA drivers) while its shared libraries load,
 before ``TF_CPP_MIN_LOG_LEVEL`` is read, so a one-line user error would be buried under them.
-The command-line entry points import TensorFlow through :func:`import_tensorflow` first: stderr
-is captured during the import and replayed without those INFO lines (everything else, and all
-of it when ``TF_CPP_MIN_LOG_LEVEL`` is 0, is kept).
+The command-line entry points import TensorFlow through :func:`import_tensorflow` first, and the
+Python API's first import of TensorFlow goes through :func:`quiet_import` (gcl_tf/import_hooks.py):
+stderr is captured during the import and replayed without those INFO lines (everything else, and
+all of it when ``TF_CPP_MIN_LOG_LEVEL`` is 0, is kept).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -21,23 +23,35 @@ _NOISE = re.compile(
     # on a machine without a GPU, the CUDA runtime's failed probe when devices are first listed
     r"|E\d{4} [\d:.]+\s+\d+ cuda_platform\.cc:\d+\] failed call to cuInit)"
 )
+_capturing = False  # a capture is under way (an import inside another one is captured once)
 
 
-def import_tensorflow():
-    """Import and return ``tensorflow`` with its import-time INFO lines dropped from stderr."""
-    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() in ("", "0"):
-        import tensorflow
+def _wanted() -> bool:
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("", "0")
 
-        return tensorflow
-    sys.stderr.flush()
-    saved = os.dup(2)
+
+@contextlib.contextmanager
+def startup_lines_dropped():
+    """Capture stderr (the file descriptor, where TensorFlow's C++ logs go) while the block runs,
+    then write it back without TensorFlow's start-up lines; nothing is captured when
+    ``TF_CPP_MIN_LOG_LEVEL`` is 0 or unset, or inside another capture."""
+    global _capturing
+    if _capturing or not _wanted():
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr to capture
+        yield
+        return
+    _capturing = True
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)
         try:
-            import tensorflow
-
-            tensorflow.config.list_physical_devices()  # device probing logs now, while captured
+            yield
         finally:
+            _capturing = False
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
@@ -47,4 +61,24 @@ def import_tensorflow():
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
+
+
+def quiet_import(execute, tensorflow_module) -> None:
+    """Run ``execute()`` (the import of TensorFlow) and list the devices (the CUDA probe logs
+    then) with the start-up lines dropped; ``TF_CPP_MIN_LOG_LEVEL`` 2 unless it is set."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with startup_lines_dropped():
+        execute()
+        tensorflow_module.config.list_physical_devices()
+
+
+def import_tensorflow():
+    """Import and return ``tensorflow`` with its import-time INFO lines dropped from stderr."""
+    if "tensorflow" not in sys.modules:
+        with startup_lines_dropped():
+            import tensorflow
+
+            tensorflow.config.list_physical_devices()  # device probing logs now, while captured
+    import tensorflow
+
     return tensorflow

@@ -1,4 +1,6 @@
 """Shared test helpers (import as ``from helpers import ...``; pytest puts tests/ on sys.path)."""
+import re
+
 from gcl_tf import config as config_lib
 
 # A small permuted stream of scikit-learn's digits, for the baselines' learning checks.
@@ -16,3 +18,17 @@ def digits_config(method: dict, benchmark=None, **model):
         "train": {"batch_size": 10, "learning_rate": 0.1},
         "eval": {"batch_size": 450},
     })
+
+
+# TensorFlow's start-up lines on stderr: absl's "I0000 00:00:... port.cc:153] oneDNN ...", its notice
+# about InitializeLog, the CUDA probe ("E0000 ... cuda_platform.cc:52] failed call to cuInit"), the
+# CPU-feature notice.
+TF_STARTUP_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ \S+:\d+\]|absl::InitializeLog|cpu_feature_guard|"
+                            r"rebuild TensorFlow|cuInit", re.MULTILINE)
+
+
+def without_tf_log_level() -> dict:
+    """The environment of a subprocess as a user's shell has it: no TF_CPP_MIN_LOG_LEVEL."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}

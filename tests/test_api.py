@@ -185,7 +185,49 @@ def test_run_returns_the_results_it_writes(make_config, tmp_path):
 
 
 def test_import_gcl_tf_is_light():
-    """``import gcl_tf`` imports neither TensorFlow nor a method; the names load on first use."""
-    code = ("import sys, gcl_tf; assert 'tensorflow' not in sys.modules, 'tensorflow'; "
+    """``import gcl_tf`` imports neither TensorFlow nor Keras nor a method; the names load on first use."""
+    code = ("import sys, gcl_tf; "
+            "loaded = [m for m in ('tensorflow', 'keras', 'gcl_tf.methods.gcl') if m in sys.modules]; "
+            "assert not loaded, loaded; "
             "assert gcl_tf.GCL.__name__ == 'GCL' and 'tensorflow' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def test_every_class_a_saved_learner_names_is_known_to_keras_before_its_module_is_imported():
+    """gcl_tf.import_hooks.CLASSES (what ``import gcl_tf`` registers with Keras, imported on first
+    use) is every class gcl_tf registers: the methods and the backbones' layers."""
+    import keras
+
+    from gcl_tf import backbones, import_hooks
+
+    for name in methods.names():
+        methods.module(name)
+    registry = keras.saving.get_custom_objects()
+    ours = {key.split(">", 1)[1]: value for key, value in registry.items() if key.startswith("gcl_tf>")}
+    assert set(ours) == set(import_hooks.CLASSES)
+    for name, module in import_hooks.CLASSES.items():  # the classes themselves now, in their modules
+        assert isinstance(ours[name], type) and ours[name].__module__.startswith(module), (name, ours[name])
+    assert ours["FusedBatchNormalization"] is backbones.FusedBatchNormalization
+
+
+@pytest.mark.slow  # a second process
+def test_the_python_api_is_as_quiet_as_the_cli():
+    """``import gcl_tf``, then the README's first steps (data, a method, fit): no TensorFlow
+    start-up line on stderr (the CLI's filter, gcl_tf/quiet.py) though TF_CPP_MIN_LOG_LEVEL is
+    not set; TF_CPP_MIN_LOG_LEVEL=0 keeps every line."""
+    from helpers import TF_STARTUP_LOG, without_tf_log_level
+
+    code = ("import gcl_tf, keras\n"
+            "stream = gcl_tf.benchmarks.permuted(gcl_tf.data.load('digits'), num_tasks=1, samples_per_task=40)\n"
+            "model = gcl_tf.GCL(num_classes=stream.num_classes, input_shape=stream.input_shape, memory_size=20, "
+            "hidden_size=16)\n"
+            "model.compile(optimizer=keras.optimizers.Adam(1e-3))\n"
+            "model.fit(stream.tasks[0].train, verbose=0)\n"
+            "print('fitted')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=without_tf_log_level(),
+                          timeout=300)
+    assert proc.returncode == 0 and "fitted" in proc.stdout, proc.stderr[-3000:]
+    assert not TF_STARTUP_LOG.search(proc.stderr), proc.stderr[-3000:]
+    shown = subprocess.run([sys.executable, "-c", "import gcl_tf, tensorflow"], capture_output=True, text=True,
+                           env={**without_tf_log_level(), "TF_CPP_MIN_LOG_LEVEL": "0"}, timeout=300)
+    assert shown.returncode == 0 and TF_STARTUP_LOG.search(shown.stderr), shown.stderr[-3000:]

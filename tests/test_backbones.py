@@ -77,6 +77,11 @@ def test_convnet_is_the_authors_encoder():
     pools = [layer.name for layer in net.layers if isinstance(layer, keras.layers.MaxPooling2D)]
     assert pools == ["pool_conv2", "pool_conv4", "pool_conv5", "pool_conv6"]
     assert net.output_shape == (None, 256)
-    kernel = np.asarray(net.get_layer("conv3").kernel)  # fan_in 3 * 3 * 64 = 576
+    # conv1: fan_in 3 * 3 * 3 = 27, fan_out 3 * 3 * 64 = 576, so its std tells fan_in (0.272) from
+    # fan_out (0.059) and fan_avg (0.081); 1,728 weights put the sample std within ~0.005 of it
+    first = np.asarray(net.get_layer("conv1").kernel)
+    assert first.shape == (3, 3, 3, 64)
+    assert abs(first.std() - np.sqrt(2.0 / 27)) < 0.02
+    kernel = np.asarray(net.get_layer("conv3").kernel)  # 36,864 weights, std sqrt(2 / 576)
     assert abs(kernel.std() - np.sqrt(2.0 / 576)) < 0.003
     assert np.abs(kernel).max() > 3.5 * np.sqrt(2.0 / 576)  # untruncated: tails beyond 2 std exist

@@ -373,3 +373,50 @@ def test_dispatcher_lists_commands_and_registers_throughput_only_when_present(mo
     finally:
         monkeypatch.delitem(sys.modules, "gcl_tf.benchmark.throughput")
         importlib.reload(dispatcher)
+
+
+def test_dry_run_totals_notes_the_data_and_estimates_the_time_from_finished_runs(tmp_path, monkeypatch, capsys):
+    """``paper --dry-run``: a line per run, the data each benchmark reads (and whether it is there),
+    "N runs: K finished, M to run", and the time the rest should take from the finished runs'
+    own times in the same folder (unknown without one). Nothing is trained."""
+    from gcl_tf.benchmark import layout, paper
+    from gcl_tf.io import write_json_atomic
+
+    from tiny_suite import TINY_CONFIG, write_configs
+
+    forbid_training(monkeypatch)
+    config_dir = write_configs(str(tmp_path / "configs"))
+    (tmp_path / "configs" / "tiny_idx.yaml").write_text(
+        TINY_CONFIG.replace("dataset: digits, source: digits", f"dataset: fm, source: idx, path: {tmp_path / 'no'}"))
+    output = str(tmp_path / "suite")
+    args = ["--config-dir", config_dir, "--benchmarks", f"{BENCHMARK},tiny_idx", "--methods", "finetune,gcl",
+            "--seeds", "2", "--studies", "main", "--output", output, "--dry-run"]
+
+    assert paper.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len([line for line in out if line.endswith("main     to run")]) == 8  # a line per run
+    assert f"data: {BENCHMARK}: scikit-learn's bundled digits (nothing to download)" in out
+    assert f"data: tiny_idx: idx {tmp_path / 'no'} (MISSING: set benchmark.path in " \
+           f"{os.path.join(config_dir, 'tiny_idx.yaml')} or --set)" in out
+    assert "8 runs: 0 finished, 8 to run" in out
+    assert f"time to run: unknown (no finished run of the same benchmark and method in {output} to estimate from)" \
+        in out
+
+    # Finished runs (their results.json, as a run writes it): seed 0 of both methods on tiny_digits.
+    runs = paper.plan(config_dir, [f"{BENCHMARK},tiny_idx"], ["finetune,gcl"], 2, ["main"])
+    for run in runs:
+        if run.benchmark == BENCHMARK and run.seed == 0:
+            seconds = {"finetune": (10.0, 2.0), "gcl": (30.0, 6.0)}[run.method]
+            write_json_atomic(os.path.join(layout.run_dir(output, run.benchmark, run.variant, 0), "results.json"),
+                              {"config": run.config.to_dict(), "train_seconds": seconds[0],
+                               "eval_seconds": seconds[1]})
+    assert paper.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "8 runs: 2 finished, 6 to run" in out
+    assert (f"time to run: about 48 s for 2 of the 6 runs (from 2 finished runs in {output}); unknown for the "
+            "other 4 (no finished run of their benchmark and method)") in out  # 12 s + 36 s for the seed 1 runs
+
+    assert paper.main(args[:3] + [BENCHMARK] + args[4:]) == 0  # tiny_digits only: every run estimated
+    out = capsys.readouterr().out.splitlines()
+    assert "4 runs: 2 finished, 2 to run" in out
+    assert any(line.startswith("time to run: about 48 s (each run as long as the finished ones") for line in out)

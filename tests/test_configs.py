@@ -61,7 +61,7 @@ def test_paper_settings(name):
         b = c.benchmark
         assert (b.name, b.dataset, b.source, b.num_tasks) == (protocol, dataset, source, tasks)
         assert (c.train.epochs, b.multi_head) == (epochs, multi_head)
-        assert b.augment == ("none" if name in MNIST_LIKE else "flip")  # the authors' RGB loaders flip
+        assert b.augment == ("none" if name in MNIST_LIKE else "flip")  # (CIFAR100, MiniImageNet: ours)
         if protocol == "split":
             assert b.classes_per_task == (2 if tasks == 5 else 5)
         if name in MNIST_LIKE:
@@ -100,3 +100,25 @@ def test_miniimagenet_reads_84x84_images_from_a_folder_the_user_sets():
     assert (b.source, b.image_size, b.color_mode) == ("folder", 84, "rgb")
     assert "placeholder" in open(os.path.join(REPO, "configs", "split_miniimagenet.yaml"), encoding="utf-8").read()
     assert load("split_miniimagenet", "er", "benchmark.path=/data/mini").benchmark.path == "/data/mini"
+
+
+def test_the_configs_say_whose_flip_and_which_rotation_protocol():
+    """The authors' released loaders flip Split CIFAR10 and SVHN only: the flip of CIFAR100 and
+    MiniImageNet is called ours; the Rotated headers describe GEM's rising angles."""
+    def text(name):
+        with open(os.path.join(REPO, "configs", name + ".yaml"), encoding="utf-8") as handle:
+            return handle.read()
+
+    for name in ("split_cifar10", "split_svhn"):
+        assert "The authors' loaders flip training images" in text(name)
+    for name in ("split_cifar100", "split_miniimagenet"):
+        assert "Our extrapolation: the authors' released loaders flip the training images of Split CIFAR10" \
+            in text(name) and "The authors' loaders flip" not in text(name)
+    for name in ("rotated_mnist", "rotated_fashion_mnist"):
+        header = text(name).split("\nseed:")[0]
+        assert "[t * 180 / 20, (t + 1) * 180 / 20)" in header and "[0, 180)" not in header, name
+
+    gcl_doc = open(os.path.join(REPO, "docs", "gcl.md"), encoding="utf-8").read()
+    assert "`rotated_mnist.yaml` and `rotated_fashion_mnist.yaml` hold 50" in " ".join(gcl_doc.split())
+    for name in ("rotated_mnist", "rotated_fashion_mnist"):
+        assert load(name, "gcl").method.graph_lambda == 50.0

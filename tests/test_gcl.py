@@ -137,28 +137,67 @@ def test_graph_regularizer_zero_when_equal_positive_when_perturbed_and_masked():
     bump = np.zeros((6, 6), np.float32)
     bump[0, 3] = 2.0
     assert float(gcl.graph_regularizer(stored + bump, stored, regularized)) > 1e-3
-    # perturbing pairs with an unregularised end, or the diagonal, changes nothing
+    # perturbing pairs with an unregularised end changes nothing
     other = np.zeros((6, 6), np.float32)
     other[2, :] = 5.0
     other[:, 4] = -5.0
-    other[0, 0] = 9.0
     assert float(gcl.graph_regularizer(stored + other, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
-    # no regularised pair: 0
-    none = tf.constant([True, False, False, False, False, False])
-    assert float(gcl.graph_regularizer(stored + bump, stored, none)) == 0.0
+    # a held context's pair with itself is held too (the whole block, as the authors); not without self-pairs
+    diagonal = np.zeros((6, 6), np.float32)
+    diagonal[0, 0] = 9.0
+    assert float(gcl.graph_regularizer(stored + diagonal, stored, regularized)) > 1e-3
+    assert float(gcl.graph_regularizer(stored + diagonal, stored, regularized, self_pairs=False)) == \
+        pytest.approx(0.0, abs=1e-6)
+    # one regularised context: only its self-pair, so 0 without self-pairs
+    one = tf.constant([True, False, False, False, False, False])
+    assert float(gcl.graph_regularizer(stored + bump, stored, one, self_pairs=False)) == 0.0
+    assert float(gcl.graph_regularizer(stored + bump, stored, one)) == pytest.approx(0.0, abs=1e-6)
+    # none regularised: 0
+    assert float(gcl.graph_regularizer(stored + diagonal, stored, tf.zeros([6], tf.bool))) == 0.0
 
 
-def test_graph_regularizer_is_the_mean_kl_over_regularized_pairs():
+@pytest.mark.parametrize("self_pairs", [True, False])
+def test_graph_regularizer_is_the_mean_kl_over_regularized_pairs(self_pairs):
+    """The mean over the held block (i, k both regularised): with the self-pairs (the default, the
+    paper's p(G) over every i, k, the authors' mean) or over i != k only."""
     rng = np.random.default_rng(1)
     current, stored = rng.normal(size=(4, 4)), rng.normal(size=(4, 4))
     regularized = np.array([True, False, True, True])
     p, q = 1 / (1 + np.exp(-stored)), 1 / (1 + np.exp(-current))
     kl = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
-    pairs = np.outer(regularized, regularized) & ~np.eye(4, dtype=bool)
+    pairs = np.outer(regularized, regularized) & (True if self_pairs else ~np.eye(4, dtype=bool))
+    assert pairs.sum() == (9 if self_pairs else 6)
     expected = kl[pairs].mean()
     got = gcl.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
-                                tf.constant(regularized))
+                                tf.constant(regularized), self_pairs=self_pairs)
     assert float(got) == pytest.approx(expected, rel=1e-4)
+    if self_pairs:
+        assert float(gcl.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
+                                           tf.constant(regularized))) == pytest.approx(expected, rel=1e-4)
+
+
+def test_the_step_regularises_the_whole_held_block_by_default():
+    """GCL's default (and the paper's, the authors'): the step's graph loss is the mean over the
+    held block with the self-pairs, which add about 0 (a self-edge's logit is logit(1), clipped,
+    both stored and current), so with m contexts held it is (m - 1) / m times the mean over i != k;
+    ``regularize_self_pairs: false`` gives the latter."""
+    assert gcl.Config().regularize_self_pairs is True and make_model().regularize_self_pairs is True
+    assert make_model(regularize_self_pairs=False).regularize_self_pairs is False
+    model = make_model(graph_lambda=50.0)
+    for x, y in batches(6, seed=41):
+        model.train_step((x, y))
+    drift = np.random.default_rng(42).normal(0.0, 2.0, model.memory.edge_logits.shape).astype(np.float32)
+    np.fill_diagonal(drift, 0.0)
+    model.memory.edge_logits.assign_add(drift)  # the off-diagonal stored edges moved away
+    x, y = next(batches(1, seed=43))
+    losses = {}
+    for self_pairs in (True, False):  # the same state, the same step
+        model.regularize_self_pairs = self_pairs
+        out = model.training_forward(x, y)
+        losses[self_pairs] = (float(out["graph_loss"]), int(tf.reduce_sum(tf.cast(out["regularized"], tf.int32))))
+    (with_self, m), (without, m_) = losses[True], losses[False]
+    assert m == m_ and m >= 2 and without > 1e-3
+    assert with_self == pytest.approx(without * (m - 1) / m, rel=1e-3)
 
 
 # ----------------------------------------------------------------------------- memory rules
@@ -223,6 +262,7 @@ def test_first_batch_only_fills_memory():
     logs = model.train_step((x, y))
     assert float(logs["loss"]) == 0.0
     assert int(model.memory.num_filled.numpy()) == 10
+    assert int(model.optimizer.iterations.numpy()) == 0  # no optimizer step at all (the authors skip it)
     for before, w in zip(weights, model.trainable_variables):
         np.testing.assert_array_equal(before, w.numpy())
     # the stored edges between the first samples are their target-target logits
@@ -231,6 +271,31 @@ def test_first_batch_only_fills_memory():
     stored = model.memory.edge_logits.numpy()[:10, :10]
     off = ~np.eye(10, dtype=bool)
     np.testing.assert_allclose(stored[off], expected[off], rtol=1e-3, atol=1e-3)
+
+
+def test_the_first_update_after_the_fill_is_adams_step_one():
+    """The fill-only first batch is no optimizer step: Adam's step count stays 0 and the next
+    batch's update is Adam's step 1, lr g / (|g| + eps / sqrt(1 - beta_2)) for each weight (a step on
+    the zero gradients first would make it Adam's step 2: about 0.74 lr g / |g|)."""
+    model = make_model()  # Adam, learning rate 1e-3
+    (x0, y0), (x1, y1) = batches(2, seed=5)
+    model.train_step((x0, y0))
+    assert int(model.optimizer.iterations.numpy()) == 0
+    before = [w.numpy().copy() for w in model.trainable_variables]
+    with tf.GradientTape() as tape:  # the step's own gradients: the same state, the same graph noise
+        out = model.training_forward(x1, y1)
+    grads = tape.gradient(out["replica_loss"], model.trainable_variables)
+    model.train_step((x1, y1))
+    assert int(model.optimizer.iterations.numpy()) == 1
+    optimizer = model.optimizer
+    lr, eps = float(optimizer.learning_rate.numpy()), optimizer.epsilon / math.sqrt(1.0 - optimizer.beta_2)
+    moved = 0
+    for g, w0, w in zip(grads, before, model.trainable_variables):
+        g = g.numpy()
+        expected = -lr * g / (np.abs(g) + eps)
+        np.testing.assert_allclose(w.numpy() - w0, expected, rtol=1e-3, atol=1e-6, err_msg=w.path)
+        moved += int(np.sum(np.abs(g) > 1e-3))
+    assert moved > 100  # most weights moved by about lr: Adam's first step
 
 
 # ----------------------------------------------------------------------------- the step
@@ -427,7 +492,7 @@ def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
         ce_c = gcl.cross_entropy(context_y, logits[:C])
         ce_t = gcl.cross_entropy(y, logits[C:])
         m = (best < ce_c).numpy()
-        pairs = np.outer(m, m) & ~np.eye(C, dtype=bool)
+        pairs = np.outer(m, m)  # the held block, self-pairs included (the default)
         p, q_logits = tf.sigmoid(stored), tf.boolean_mask(e[:C], pairs)
         p = tf.boolean_mask(p, pairs)
         kl = tf.nn.sigmoid_cross_entropy_with_logits(labels=p, logits=q_logits) - \
@@ -664,7 +729,11 @@ def test_regularize_below_holds_no_edges_of_contexts_never_learned():
         fractions[threshold] = max(float(log["regularized_fraction"]) for log in logs[1:])
         if threshold is not None:
             assert all(float(log["graph_loss"]) == 0.0 for log in logs)
-            assert float(tf.reduce_max(model.memory.best_loss)) > 0.5  # the threshold did the work
+            # the threshold did the work: every context attended to has a best loss, none below 0.5
+            # (not vacuous: a slot never attended to keeps +inf, above any threshold)
+            best = model.memory.best_loss.numpy()[model.memory.filled().numpy()]
+            attended = best[np.isfinite(best)]
+            assert len(attended) >= 10 and attended.min() >= 0.5, best
     assert fractions[None] > 0.2 and fractions[0.5] == 0.0
 
 
@@ -681,10 +750,30 @@ def test_kernel_width_sets_the_initial_kernel_scale():
 
 
 def test_our_extensions_are_the_defaults_and_null_is_the_paper():
+    """Config nulls give the paper's GCL, as built from a config: the kernel starts at the authors'
+    width sqrt(H), and every context whose loss rose above its best is held by the regulariser
+    (best losses above 1, which the default threshold would leave out); the defaults differ in both."""
     defaults = gcl.Config()
     assert defaults.regularize_below == 1.0 and defaults.kernel_width == 1.0
-    paper = config_lib.resolve({"method": {"name": "gcl", "regularize_below": None, "kernel_width": None}}).method
-    assert paper.regularize_below is None and paper.kernel_width is None
+    held = {}
+    for name, method in (("paper", {"regularize_below": None, "kernel_width": None}), ("ours", {})):
+        config = config_lib.resolve({"seed": 3, "method": {"name": "gcl", "memory_size": 30, **method},
+                                     "model": {"backbone": "mlp", "hidden_size": 16}})
+        model = methods.build(config, (8, 8, 1), 10)
+        model.compile_for_training(config.train)
+        width = math.exp(float(model.kernel_log_scale))
+        assert width == pytest.approx(math.sqrt(16) if name == "paper" else 1.0, rel=1e-6)
+        for x, y in batches(2, seed=51):
+            model.train_step((x, y))
+        # contexts learned badly so far: best losses between 1.5 and 2, below the current ones
+        filled = model.memory.filled().numpy()
+        model.memory.best_loss.assign(np.where(filled, 1.5 + 0.5 * np.arange(30) / 30, np.inf).astype(np.float32))
+        x, y = next(batches(1, seed=52))
+        out = model.training_forward(x, y)
+        worse = (out["context_ce"].numpy() > model.memory.best_loss.numpy()) & filled
+        assert worse.sum() >= 5  # contexts whose loss rose above their best
+        held[name] = out["regularized"].numpy()
+        np.testing.assert_array_equal(held[name], worse if name == "paper" else np.zeros(30, bool))
 
 
 @pytest.mark.slow

@@ -160,6 +160,39 @@ np.savez({str(tmp_path / 'out.npz')!r}, before=before, **{{v.path: v.numpy() for
     assert isinstance(keras.models.load_model(str(path)), gcl_tf.GCL)
 
 
+@pytest.mark.slow  # a second process
+@pytest.mark.parametrize("imports", ["import gcl_tf\nimport keras", "import keras\nimport gcl_tf"],
+                         ids=["gcl_tf-first", "keras-first"])
+def test_keras_load_model_needs_only_import_gcl_tf(tmp_path, imports):
+    """In a new process, ``import gcl_tf`` (before or after ``import keras``) is all that
+    ``keras.models.load_model`` needs: the learner's class loads on first use, predicts as the
+    saved one, and TensorFlow is not imported by ``import gcl_tf`` itself."""
+    from helpers import TF_STARTUP_LOG, without_tf_log_level
+
+    model = make("gcl")
+    model.fit(stream(0), verbose=0)
+    path = tmp_path / "learner.keras"
+    model.save(str(path))
+    images = digits(2, 40)[0]
+    np.save(tmp_path / "images.npy", images)
+    script = f"""{imports}
+import sys
+import numpy as np
+assert ('tensorflow' in sys.modules) == ('keras' in sys.modules), 'import gcl_tf imported TensorFlow'
+model = keras.models.load_model({str(path)!r})
+assert type(model) is gcl_tf.GCL, type(model)
+with model.evaluation_scope():
+    np.save({str(tmp_path / 'out.npy')!r}, model.predict(np.load({str(tmp_path / 'images.npy')!r}), batch_size=20,
+                                                          verbose=0))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                          env=without_tf_log_level(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), predictions(model, images))
+    if imports.startswith("import gcl_tf"):  # TensorFlow imported after gcl_tf: quietly
+        assert not TF_STARTUP_LOG.search(proc.stderr), proc.stderr[-3000:]
+
+
 # ----------------------------------------------------------------------------- the CLI: --init-from
 RUN = {
     "seed": 0,

@@ -76,3 +76,43 @@ def test_gcl_preset_learns_on_real_digits(path, tmp_path):
     assert row["learns"], row
     if per_task is not None:  # a permuted or rotated stream keeps earlier tasks well above chance too
         assert np.isfinite(row["acc"]) and row["acc"] > row["chance"] + 20.0, row
+
+
+@pytest.mark.slow  # the command in a second process, one short run
+def test_presets_command_cuts_short_tasks_skips_a_broken_config_and_writes_the_report(tmp_path):
+    """The README's command on the default data (digits, no Fashion-MNIST): a split config, whose
+    class pairs hold ~270 samples, not the default 500, runs cut to what the data has (noted); a
+    config that cannot run is skipped with one line naming it; the report says what "learns"
+    measures (new-task accuracy) next to ACC, and the start is quiet."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from helpers import TF_STARTUP_LOG, without_tf_log_level
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("benchmark: {name: permuted, dataset: digits, source: digits, num_tasks: 3}\n"
+                      "method: {name: er, memory_size: -1}\n")
+    out = tmp_path / "presets"
+    proc = subprocess.run([sys.executable, "-m", "gcl_tf.benchmark", "presets", "--configs",
+                           os.path.join(CONFIG_DIR, "split_fashion_mnist.yaml"), str(broken), "--methods", "er",
+                           "--output", str(out)], capture_output=True, text=True, cwd=REPO,
+                          env=without_tf_log_level(), timeout=900)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]  # 1: a config was skipped
+    assert not TF_STARTUP_LOG.search(proc.stderr), proc.stderr[-3000:]
+    assert f"broken er: skipped ({broken}: method.memory_size" in proc.stdout, proc.stdout
+    rows = json.loads((out / "presets.json").read_text())
+    split, skipped = rows
+    config = presets.check_config(os.path.join(CONFIG_DIR, "split_fashion_mnist.yaml"), "er", presets.Data("digits"))
+    from gcl_tf.data import make_source
+
+    fewest = min(presets.available_per_task(config, make_source(config.benchmark)))
+    assert fewest < 500 and split["samples_per_task"] == fewest and split["learns"], split
+    assert split["note"] == f"samples per task cut from 500 to {fewest}: the fewest a task of this stream has in digits"
+    assert skipped["config"] == "broken" and skipped["learns"] is None and "memory_size" in skipped["skipped"]
+    report = (out / "presets.md").read_text()
+    assert "**new-task accuracy**: the accuracy on each task just after learning it" in report
+    assert "| ACC | new-task accuracy | chance | threshold | learns (new-task accuracy >= threshold) |" in report
+    assert f"| split_fashion_mnist | digits | er | 3 x {fewest} | {split['acc']:.1f} |" in report
+    assert "Skipped:" in report and "- broken er: method.memory_size: -1 is out of range" in report

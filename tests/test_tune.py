@@ -428,3 +428,30 @@ def test_cli_errors_end_with_one_line_and_exit_2(tmp_path, capsys):
     assert len(lines) == 1 and "different config (benchmark.num_tasks: 2 then, 3 now)" in lines[0]
     lines = cli_error(capsys, ["--config", config, "--output", out, "--tuner", "random"])
     assert len(lines) == 1 and "different tuner" in lines[0]
+
+
+@pytest.mark.parametrize("finished", [12, 4, 1])
+def test_the_report_says_how_many_of_the_finished_trials_it_lists(finished, tmp_path, capsys):
+    """12 finished trials: the best 10 listed and the report says so (and where the rest are); 4:
+    all, best first; 1: "1 trial finished". best.json holds every finished trial."""
+    from types import SimpleNamespace
+
+    from gcl_tf import tune
+    from gcl_tf.tune.search import Search
+
+    search = Search(TINY, output_dir=str(tmp_path))
+    values = {"train.learning_rate": 0.1, "train.optimizer": "sgd"}
+    trials = {f"{i:02d}": SimpleNamespace(trial_id=f"{i:02d}", status="COMPLETED", score=50.0 + i,
+                                          hyperparameters=SimpleNamespace(values=values)) for i in range(finished)}
+    tune.report(search, SimpleNamespace(trials=trials))
+    out = capsys.readouterr().out
+    listed = [line for line in out.splitlines() if line.startswith("  trial ")]
+    if finished == 12:
+        assert "12 trials finished; validation ACC, the best 10 of 12 (all in " in out and len(listed) == 10
+    elif finished == 4:
+        assert "4 trials finished; validation ACC, best first:" in out and len(listed) == 4
+    else:
+        assert "1 trial finished; validation ACC, best first:" in out and len(listed) == 1
+    assert listed[0].startswith(f"  trial {finished - 1:02d}  {50.0 + finished - 1:6.2f}")  # the best first
+    with open(tmp_path / "best.json") as handle:
+        assert len(json.load(handle)["trials"]) == finished

@@ -96,16 +96,63 @@ class TfdsSource(Source):
                 raise ValueError("the split is empty")
             images, labels = np.concatenate(images), np.concatenate(labels)
         except Exception as error:
-            message = str(error).splitlines()[0] if str(error) else error.__class__.__name__
-            raise DataError(
-                f"TFDS dataset {self.config.dataset!r} ({split}) could not be loaded: {message}; "
-                "download it where there is internet (tfds build) or use source idx, npz or folder"
-            ) from None
+            raise DataError(self._failure(split, error)) from None
         images = _as_uint8_images(images, f"TFDS {self.config.dataset} ({split})")
         return SplitData(images, _as_labels(labels, len(images), f"TFDS {self.config.dataset} ({split})"))
 
+    def _failure(self, split, error) -> str:
+        """One line on why TFDS could not load ``split``: a Python module TFDS needs is missing, the
+        network is (the dataset is not prepared in the data_dir and cannot be downloaded), or
+        anything else, in TFDS's words."""
+        what = f"TFDS dataset {self.config.dataset!r} ({split})"
+        missing = _in_chain(error, lambda e: isinstance(e, ImportError))
+        if missing is not None:
+            module = getattr(missing, "name", None) or str(missing)
+            return (f"{what} could not be loaded: TFDS needs the Python module {module!r}, which is not installed "
+                    f"(not a network problem); install it (pip install {module}) or reinstall gcl_tf, which "
+                    "depends on it")
+        offline = _in_chain(error, _is_network_error)
+        if offline is not None:
+            folder = self.config.path or "TFDS's data_dir (~/tensorflow_datasets)"
+            reason = _first_line(offline)
+            return (f"{what} is not prepared in {folder} and could not be downloaded: no network "
+                    f"({type(offline).__name__}: {reason}); prepare it where there is internet (tfds build "
+                    f"{self.config.dataset} --data_dir DIR, then benchmark.path: DIR) or use source idx, npz or folder")
+        return f"{what} could not be loaded: {type(error).__name__}: {_first_line(error)}"
+
     def describe(self):
         return f"TFDS dataset {self.config.dataset!r}"
+
+
+def _first_line(error) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else error.__class__.__name__
+
+
+def _in_chain(error, matches):
+    """The first exception of ``error``'s chain (itself, then its causes and contexts) that ``matches``."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if matches(error):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _is_network_error(error) -> bool:
+    """A failed connection, name lookup or timeout, as ``socket``, ``urllib`` or ``requests`` (what
+    TFDS downloads with) report it."""
+    import socket
+    import urllib.error
+
+    if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, urllib.error.URLError)):
+        return True
+    try:
+        import requests
+    except ImportError:
+        return False
+    return isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout))
 
 
 SOURCES = {

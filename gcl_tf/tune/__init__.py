@@ -166,6 +166,9 @@ def _announce(search: Search, who: str, fresh: bool) -> None:
               f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']} for trials", flush=True)
 
 
+SHOWN_TRIALS = 10  # trials listed by the report, best first (best.json holds every finished one)
+
+
 def report(search: Search, oracle, who: str = "single") -> dict:
     """Print the finished trials and the best one; write ``best.json`` and ``best_config.yaml``."""
     trials = [t for t in oracle.trials.values() if t.status == "COMPLETED" and t.score is not None]
@@ -174,9 +177,12 @@ def report(search: Search, oracle, who: str = "single") -> dict:
         raise UserError(f"no trial of the search in {search.output_dir} finished; "
                         f"see the messages in its trial_*/trial.json")
     trials.sort(key=lambda t: (-t.score, t.trial_id))
-    print(f"\n{len(trials)} trials finished" + (f" ({others} failed or unfinished)" if others else "")
-          + "; validation ACC, best first:")
-    for t in trials[:10]:
+    shown = trials[:SHOWN_TRIALS]
+    which = (f"the best {len(shown)} of {len(trials)} (all in {os.path.join(search.output_dir, BEST_FILE)})"
+             if len(shown) < len(trials) else "best first")
+    print(f"\n{len(trials)} {'trial' if len(trials) == 1 else 'trials'} finished"
+          + (f" ({others} failed or unfinished)" if others else "") + f"; validation ACC, {which}:")
+    for t in shown:
         values = {k: t.hyperparameters.values.get(k) for k in search.space}
         print(f"  trial {t.trial_id}  {t.score:6.2f}  {format_values(values)}")
     best = trials[0]

@@ -48,6 +48,10 @@ class Config(MemoryMethodConfig):
     # that a step's cost no longer grows with the memory (needs edge_memory: embeddings).
     # null: the whole memory (the paper).
     context_batch: Optional[int] = field(default=None, metadata=_range(1))
+    # The graph regulariser's mean over the held block of context pairs includes each held context's
+    # pair with itself (the paper's p(G) is over every i, k in C; the authors average so). false: the
+    # pairs i != k only (gcl_tf until issue 23; m / (m - 1) times the loss with m contexts held).
+    regularize_self_pairs: bool = True
     # Compile the graph regulariser (its element-wise passes over the [k, k] context pairs, forward
     # and backward) with XLA into fused loops; false: plain TensorFlow ops (the same math, one
     # kernel per op, for platforms without XLA).

@@ -122,19 +122,23 @@ def normalize_rows(graph, edge_mask):
     return graph / tf.maximum(tf.reduce_sum(graph, axis=-1, keepdims=True), ROW_EPS)
 
 
-def graph_regularizer(current_logits, stored_logits, regularized):
+def graph_regularizer(current_logits, stored_logits, regularized, self_pairs: bool = True):
     """The graph regulariser L_G over the regularised context pairs.
 
     ``current_logits, stored_logits`` [M, M]; ``regularized`` [M] bool (contexts whose loss is
-    above their best). Mean over the entries (i, k), i != k, with both ends regularised of the
+    above their best). Mean over the entries (i, k) with both ends regularised (the whole held
+    block, each context's pair with itself included: the paper's p(G) is over every i, k in C, and
+    the authors average over that block; ``self_pairs=False``: the pairs i != k only) of the
     Bernoulli cross-entropy between the stored edge probabilities and the current ones, minus
     the (constant) entropy of the stored ones: the KL divergence, which has the cross-entropy's
     gradient and is 0 when nothing was forgotten. 0 when no pair is regularised. Stored edges
-    get no gradient.
+    get no gradient. (A self-pair adds about 0: both logits are logit(k(u, u)) = logit(1), clipped,
+    and get no gradient there; what it changes is the count: with m contexts held, the mean over
+    m^2 entries instead of m (m - 1).)
     """
-    m = tf.shape(regularized)[0]
     pairs = tf.logical_and(regularized[:, None], regularized[None, :])
-    pairs = tf.logical_and(pairs, tf.logical_not(tf.eye(m, dtype=tf.bool)))
+    if not self_pairs:
+        pairs = tf.logical_and(pairs, tf.logical_not(tf.eye(tf.shape(regularized)[0], dtype=tf.bool)))
     weights = tf.cast(pairs, current_logits.dtype)
     stored_logits = tf.stop_gradient(stored_logits)
     targets = tf.sigmoid(stored_logits)
@@ -171,9 +175,9 @@ def expected_graph(log_k):
     return logits, tf.linalg.set_diag(tf.sigmoid(logits), tf.zeros([log_k.shape[1]]))
 
 
-def context_graph_regularizer(logits, stored_logits, regularized):
+def context_graph_regularizer(logits, stored_logits, regularized, self_pairs: bool = True):
     """:func:`graph_regularizer` on the context rows of the edge logits [k + T, k]."""
-    return graph_regularizer(logits[:logits.shape[1]], stored_logits, regularized)
+    return graph_regularizer(logits[:logits.shape[1]], stored_logits, regularized, self_pairs)
 
 
 # The same, compiled by XLA: a few fused loops over the [k, k] pairs instead of about thirty

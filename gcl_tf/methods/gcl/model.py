@@ -22,7 +22,7 @@ import keras
 import tensorflow as tf
 
 from gcl_tf.backbones import feature_size, mlp
-from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
+from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 from gcl_tf.methods.gcl.caches import ContextCache
@@ -66,7 +66,7 @@ class GCL(Prediction, ContinualModel):
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
                  graph_lambda=50.0, regularize_below=1.0, kernel_width=1.0, context_temperature=1.0,
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=(),
-                 stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 stochastic_graphs=True, edge_memory="matrix", context_batch=None, regularize_self_pairs=True,
                  fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
@@ -77,13 +77,14 @@ class GCL(Prediction, ContinualModel):
             test_temperature=test_temperature, test_graph_samples=test_graph_samples,
             also_test_graph_samples=list(also_test_graph_samples),
             stochastic_graphs=stochastic_graphs, edge_memory=edge_memory, context_batch=context_batch,
-            fuse_regularizer=fuse_regularizer)
+            regularize_self_pairs=regularize_self_pairs, fuse_regularizer=fuse_regularizer)
         self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
         self.regularize_below = None if regularize_below is None else float(regularize_below)
         self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
         self.test_temperature, self.test_graph_samples = float(test_temperature), int(test_graph_samples)
         self.also_test_graph_samples = tuple(int(k) for k in also_test_graph_samples)
         self.stochastic_graphs, self.fuse_regularizer = bool(stochastic_graphs), bool(fuse_regularizer)
+        self.regularize_self_pairs = bool(regularize_self_pairs)
         hidden = int(hidden_size)
         self.hidden_size = hidden
         self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
@@ -291,7 +292,7 @@ class GCL(Prediction, ContinualModel):
         best = tf.gather(self.memory.best_loss, slots)
         regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.regularize_below)  # m_i
         regularizer = context_graph_regularizer_fused if self.fuse_regularizer else context_graph_regularizer
-        graph_loss = regularizer(logits_e, self.stored_edge_logits(slots), regularized)
+        graph_loss = regularizer(logits_e, self.stored_edge_logits(slots), regularized, self.regularize_self_pairs)
         context_terms = self.context_lambda * context_loss + self.graph_lambda * graph_loss
         loss = target_loss + context_terms
         # Gradients are summed over replicas: each weighs its targets by its share of the global
@@ -314,7 +315,6 @@ class GCL(Prediction, ContinualModel):
             "target_edge_logits": logit_of_exp(tf.matmul(rows, target_cols, transpose_b=True)),
             "context_ce": context_ce,
             "regularized": regularized,
-            "learning": learning,
         }
 
     _LOGGED = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
@@ -326,17 +326,12 @@ class GCL(Prediction, ContinualModel):
         # Under a strategy every replica must launch its collectives in the same order: the
         # global batch is gathered first, the gradients are reduced, then the memory inputs.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
-        # One path for every step, no tf.cond around the optimizer (under a tf.distribute
-        # strategy it must not sit in control flow): the first batch has no valid context and a
-        # zero loss, so it only fills the memory.
         with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
             out = self.training_forward(x, y, slots, valid)
-        self.apply_gradients(tape, out["replica_loss"])
-        # The fill-only first batch is no optimizer step, as in the authors' code: its gradients
-        # are zero (Adam's moments stay zero, the weights do not move) and the optimizer's step
-        # count goes back, so that the first real update is Adam's step 1 at the full rate.
-        with tf.control_dependencies([self.optimizer.iterations.value]):
-            self.optimizer.iterations.assign_sub(tf.cast(1.0 - out["learning"], self.optimizer.iterations.dtype))
+        # The first batch has no valid context and a zero loss: it only fills the memory, and the
+        # optimizer skips the step whole (the authors' code does not step it), so its step count
+        # does not advance and the first update is Adam's step 1.
+        self.apply_gradients_if(tf.reduce_any(valid), tape, out["replica_loss"])
         logs = {name: out[name] for name in self._LOGGED}
         embeddings = tf.stop_gradient(out["embeddings"])
         logits, target_logits = tf.stop_gradient(out["edge_logits"]), tf.stop_gradient(out["target_edge_logits"])
@@ -375,6 +370,18 @@ class GCL(Prediction, ContinualModel):
         memory.best_loss.assign(tf.where(replaced, math.inf, memory.best_loss))
         memory.write(new_slots, x, y)
         return logs
+
+    def apply_gradients_if(self, condition, tape, loss):
+        """:meth:`apply_gradients` when ``condition`` holds; otherwise no optimizer update at all
+        (no step counted, no weight decay or moment changed). The gradients are taken outside
+        the condition, the loss scaled as :meth:`apply_gradients` scales it (mixed_float16)."""
+        variables = self.trainable_variables
+        scale = None
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            scale = tf.cast(self.optimizer.scale_loss(tf.ones_like(loss, tf.float32)), loss.dtype)
+        grads = tape.gradient(loss, variables, output_gradients=scale)
+        apply_if(condition, self.optimizer.apply, grads, variables)
+        return grads
 
     def _update_edge_embeddings(self, embeddings, slots, valid, regularized, new_slots):
         """Linear edge memory: a context at a new low stores its current edge embedding; a new
