@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from gcl_tf.backbones import classifier
 from gcl_tf.distribute import all_sum, gather_in_order, num_replicas, replica_id
+from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 from gcl_tf.schema import MemoryMethodConfig, _range
@@ -29,11 +30,8 @@ class ER(ContinualModel):
 
     supports_distribution = True
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, input_shape=None,
-                 seed=0, batch_size=None, eval_batch_size=None, name="er"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size)
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
         self.memory_size = int(memory_size)
@@ -47,8 +45,6 @@ class ER(ContinualModel):
     def check_replicas(cls, config, replicas):
         replay = min(config.method.replay_batch_size or config.train.batch_size, config.method.memory_size)
         if replay % replicas:
-            from gcl_tf.errors import ConfigError
-
             raise ConfigError(f"method.replay_batch_size: {replay} does not split evenly over {replicas} replicas; "
                               f"allowed: a multiple of {replicas}")
 
