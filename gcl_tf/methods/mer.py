@@ -121,7 +121,8 @@ class MER(ContinualModel):
         before = trainable
 
         def batch_body(j, trainable, non_trainable, loss_sum):
-            mem_x, mem_y, ok = self.memory.sample(k, counter * self.batches_per_example + tf.cast(j, tf.int64))
+            drawn = self.memory.sample(k, counter * self.batches_per_example + tf.cast(j, tf.int64))
+            mem_x, mem_y, ok = drawn["images"], drawn["labels"], drawn["ok"]
             bx = tf.concat([x, mem_x], axis=0)
             by = tf.concat([y, mem_y], axis=0)
             bw = tf.concat([tf.ones([1]), tf.cast(ok, tf.float32)], axis=0)
