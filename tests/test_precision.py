@@ -27,7 +27,7 @@ def digit_batches(count, batch=10):
 def build(method, policy, **keys):
     from gcl_tf.benchmark.throughput import make_model
 
-    memory = {"gcl": 40, "er": 40}.get(method)
+    memory = {"gcl": 40, "er": 40, "derpp": 40, "er_ace": 40}.get(method)
     return make_model(method, (8, 8, 1), memory=memory, hidden=32, mixed_precision=policy, **keys)
 
 
@@ -49,7 +49,7 @@ def low_precision_layers(model):
             if isinstance(layer, keras.layers.Dense) and layer.compute_dtype != "float32"]
 
 
-@pytest.mark.parametrize("method", [pytest.param("gcl", marks=pytest.mark.slow), "er"])
+@pytest.mark.parametrize("method", [pytest.param("gcl", marks=pytest.mark.slow), "er", "derpp", "er_ace"])
 def test_bfloat16_trains_and_stays_close_to_float32(method):
     import keras
 
@@ -64,7 +64,7 @@ def test_bfloat16_trains_and_stays_close_to_float32(method):
     assert np.isfinite(losses).all()
     late = slice(10, None)  # (GCL's first step only fills the memory: loss 0)
     assert abs(losses[late].mean() - reference[late].mean()) < 0.1 * reference[late].mean(), (losses, reference)
-    assert losses[-10:].mean() < losses[late][:10].mean() or method == "gcl"  # ER learns within 30 steps
+    assert losses[-10:].mean() < losses[late][:10].mean() or method == "gcl"  # ER & co. learn within 30 steps
     if method == "gcl":  # predictions are float32 distributions
         import tensorflow as tf
 
@@ -73,7 +73,7 @@ def test_bfloat16_trains_and_stays_close_to_float32(method):
         np.testing.assert_allclose(np.exp(log_probs.numpy()).sum(axis=1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["gcl"])
+@pytest.mark.parametrize("method", ["gcl", "derpp", "er_ace"])
 def test_float16_scales_its_loss(method):
     """Under mixed_float16 the optimizer is a LossScaleOptimizer and the loss is scaled before the
     gradients: the weights move as much as under float32 (without the scaling the optimizer

@@ -331,7 +331,8 @@ def test_every_method_has_a_default_grid_on_its_own_config_keys():
     assert default_grid("mer") == {"train.optimizer": ["sgd"],  # the class's key replaces the common one
                                    "train.learning_rate": COMMON_GRID["train.learning_rate"],
                                    "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}
-    assert default_grid("agem") == default_grid("icarl") == COMMON_GRID  # nothing declared
+    assert default_grid("er_ace") == default_grid("agem") == COMMON_GRID  # nothing declared
+    assert set(default_grid("derpp")) == {"train.optimizer", "train.learning_rate", "method.alpha", "method.beta"}
     default_grid("ewc")["method.ewc_lambda"].append(5.0)  # a copy: the class's grid is untouched
     assert methods.method_class("ewc").tune_grid["method.ewc_lambda"][-1] == 1000.0
 

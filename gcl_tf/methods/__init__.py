@@ -24,6 +24,8 @@ _MODULES = {
     "agem": ("gcl_tf.methods.agem", "AGEM"),
     "mer": ("gcl_tf.methods.mer", "MER"),
     "icarl": ("gcl_tf.methods.icarl", "ICaRL"),
+    "derpp": ("gcl_tf.methods.derpp", "DERPP"),
+    "er_ace": ("gcl_tf.methods.er_ace", "ERACE"),
 }
 
 
