@@ -75,8 +75,8 @@ def predictions(model, images):
         return model.predict(images, batch_size=20, verbose=0)
 
 
-@pytest.mark.parametrize("name", ["gcl", "er", "ewc", "gem", "agem", pytest.param("mer", marks=pytest.mark.slow),
-                                  "icarl", "finetune"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "mer" else n
+                                  for n in methods.names()])  # every registered method
 def test_every_method_saves_whole_and_goes_on_as_if_never_saved(name, tmp_path):
     """Train a task, save, load: the loaded learner holds the same weights, optimizer state and
     memory, predicts the same, and after one more task on both, they are still equal."""
