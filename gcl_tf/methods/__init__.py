@@ -39,15 +39,19 @@ def exports() -> dict:
     return {cls: (module, cls) for module, cls in _MODULES.values()}
 
 
+def registered_as(cls) -> str | None:
+    """The registry key of ``cls`` itself (defined in its registry module or a module of that
+    package), else None."""
+    for name, (module, class_name) in _MODULES.items():
+        if cls.__name__ == class_name and (cls.__module__ == module or cls.__module__.startswith(module + ".")):
+            return name
+    return None
+
+
 def registry_name(cls) -> str | None:
     """The registry key of a method class, or of the nearest registered class it derives from;
     None for a class outside the registry."""
-    for klass in cls.__mro__:
-        for name, (module, class_name) in _MODULES.items():
-            if klass.__name__ == class_name and (klass.__module__ == module or
-                                                 klass.__module__.startswith(module + ".")):
-                return name
-    return None
+    return next((key for key in map(registered_as, cls.__mro__) if key is not None), None)
 
 
 def module(name: str):

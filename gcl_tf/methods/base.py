@@ -85,15 +85,15 @@ def cross_entropy(labels, logits):
 
 
 def settings_class(cls):
-    """A method class's ``Config``: its registry module's (what the CLI builds, for the class of
-    the registry or one derived from it), else the one of the module that defines it or a class
-    it derives from; None when there is none."""
-    from gcl_tf.methods import _MODULES, registry_name
+    """A method class's ``Config``: for the nearest class in its ancestry (itself first) that is
+    registered, its registry module's (what the CLI builds), or that defines one in its own
+    module, that ``Config`` (a subclass without one keeps its parent's); None when none has."""
+    from gcl_tf.methods import _MODULES, registered_as
 
-    key = registry_name(cls)
-    modules = [_MODULES[key][0]] if key is not None else [klass.__module__ for klass in cls.__mro__]
-    for module in modules:
-        config = getattr(sys.modules.get(module), "Config", None)
+    for klass in cls.__mro__:
+        key = registered_as(klass)
+        module = sys.modules.get(_MODULES[key][0] if key is not None else klass.__module__)
+        config = getattr(module, "Config", None)
         if isinstance(config, type) and issubclass(config, MethodConfig) and dataclasses.is_dataclass(config):
             return config
     return None
