@@ -7,7 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-from conftest import REPO
+from helpers import linear_backbone, output_weights, quickstart_twice
 
 K, LR, ALPHA, BETA = 3, 0.5, 0.3, 0.7
 
@@ -18,7 +18,7 @@ def linear_derpp(memory_size=6, replay=2, seed=4):
 
     import gcl_tf
 
-    backbone = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten()])
+    backbone = linear_backbone((2, 2, 1))
     model = gcl_tf.DERPP(backbone, num_classes=K, input_shape=(2, 2, 1), memory_size=memory_size,
                          replay_batch_size=replay, alpha=ALPHA, beta=BETA, batch_size=3, seed=seed)
     model.compile(optimizer=keras.optimizers.SGD(LR))
@@ -54,11 +54,6 @@ def derpp_step(W, b, x, y, x1, stored1, x2, y2):
     return loss, W - LR * grad_W, b - LR * grad_b
 
 
-def weights(model):
-    kernel, bias = model.network.get_layer("logits").weights
-    return kernel.numpy().astype(np.float64), bias.numpy().astype(np.float64)
-
-
 def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it():
     import tensorflow as tf
 
@@ -70,7 +65,7 @@ def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it
     batches = [(rng.uniform(size=(3, 2, 2, 1)).astype(np.float32), rng.integers(0, K, 3).astype(np.int32))
                for _ in range(5)]
     for i, (x, y) in enumerate(batches):
-        W, b = weights(model)
+        W, b = output_weights(model)
         memory = {f: v.numpy() for f, v in model.memory.fields().items()}
         step = model.step_counter.numpy()
         incoming = model.memory.reservoir_slots(3).numpy()  # where this batch will go
@@ -85,7 +80,7 @@ def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it
             W, b, x, y, memory["images"][s1], memory["logits"][s1], memory["images"][s2], memory["labels"][s2])
         logs = model.train_step((tf.constant(x), tf.constant(y)))
         assert float(logs["loss"]) == pytest.approx(expected_loss, rel=1e-5)
-        new_W, new_b = weights(model)
+        new_W, new_b = output_weights(model)
         np.testing.assert_allclose(new_W, expected_W, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(new_b, expected_b, rtol=1e-5, atol=1e-6)
         kept = incoming >= 0  # each stored sample's logits are those before the update
@@ -100,13 +95,6 @@ def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it
 def test_learns_the_quickstart_digits_stream_with_its_preset(tmp_path):
     """The quickstart's permuted digits (5 tasks), DER++ with its preset: well above Finetune,
     which forgets (48.7 with seed 0), and deterministic."""
-    from gcl_tf import config as config_lib
-    from gcl_tf.train import run
-
-    path = os.path.join(REPO, "configs", "quickstart.yaml")
-    config = config_lib.load_config(path, ["method.name=derpp", "train.verbose=0"])
+    config, results = quickstart_twice("derpp", tmp_path)
     assert config.method.memory_size == 200 and config.method.alpha == 1.0
-    first = run(config, output_dir=str(tmp_path / "a"), verbose=0)
-    assert first["acc"] > 65.0, first["accuracy_matrix"]  # chance: 10
-    again = run(config, output_dir=str(tmp_path / "b"), verbose=0)
-    np.testing.assert_array_equal(first["accuracy_matrix"], again["accuracy_matrix"])
+    assert results["acc"] > 65.0, results["accuracy_matrix"]  # chance: 10

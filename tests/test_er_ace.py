@@ -7,7 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-from conftest import REPO
+from helpers import linear_backbone, output_weights, quickstart_twice
 
 K, LR = 4, 0.5
 
@@ -18,7 +18,7 @@ def linear_er_ace(memory_size=6, replay=2, seed=1):
 
     import gcl_tf
 
-    backbone = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten()])
+    backbone = linear_backbone((2, 2, 1))
     model = gcl_tf.ERACE(backbone, num_classes=K, input_shape=(2, 2, 1), memory_size=memory_size,
                          replay_batch_size=replay, batch_size=3, seed=seed)
     model.compile(optimizer=keras.optimizers.SGD(LR))
@@ -47,11 +47,6 @@ def er_ace_step(W, b, x, y, xm, ym):
     return loss, W - LR * sum(a.T @ d for a, d in pairs), b - LR * sum(d.sum(axis=0) for _, d in pairs)
 
 
-def weights(model):
-    kernel, bias = model.network.get_layer("logits").weights
-    return kernel.numpy().astype(np.float64), bias.numpy().astype(np.float64)
-
-
 def test_one_update_matches_the_hand_computation():
     import tensorflow as tf
 
@@ -64,7 +59,7 @@ def test_one_update_matches_the_hand_computation():
     batches = [(rng.uniform(size=(3, 2, 2, 1)).astype(np.float32),
                 rng.choice(rng.choice(K, 2, replace=False), 3).astype(np.int32)) for _ in range(5)]
     for i, (x, y) in enumerate(batches):
-        W, b = weights(model)
+        W, b = output_weights(model)
         memory = {f: v.numpy() for f, v in model.memory.fields().items()}
         drawn = model.memory.sample(2, model.step_counter.numpy())
         slots = drawn["slots"].numpy()[drawn["ok"].numpy()]
@@ -73,7 +68,7 @@ def test_one_update_matches_the_hand_computation():
                                                             memory["labels"][slots])
         logs = model.train_step((tf.constant(x), tf.constant(y)))
         assert float(logs["loss"]) == pytest.approx(expected_loss, rel=1e-5)
-        new_W, new_b = weights(model)
+        new_W, new_b = output_weights(model)
         np.testing.assert_allclose(new_W, expected_W, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(new_b, expected_b, rtol=1e-5, atol=1e-6)
         if i == 0:  # nothing replayed: the classes absent from the batch keep their weights
@@ -86,13 +81,6 @@ def test_one_update_matches_the_hand_computation():
 def test_learns_the_quickstart_digits_stream_with_its_preset(tmp_path):
     """The quickstart's permuted digits (5 tasks), ER-ACE with its preset (ER's memory and
     learning rate): well above Finetune, which forgets (48.7 with seed 0), and deterministic."""
-    from gcl_tf import config as config_lib
-    from gcl_tf.train import run
-
-    path = os.path.join(REPO, "configs", "quickstart.yaml")
-    config = config_lib.load_config(path, ["method.name=er_ace", "train.verbose=0"])
+    config, results = quickstart_twice("er_ace", tmp_path)
     assert config.method.memory_size == 200 and config.train.learning_rate == 0.1
-    first = run(config, output_dir=str(tmp_path / "a"), verbose=0)
-    assert first["acc"] > 65.0, first["accuracy_matrix"]  # chance: 10
-    again = run(config, output_dir=str(tmp_path / "b"), verbose=0)
-    np.testing.assert_array_equal(first["accuracy_matrix"], again["accuracy_matrix"])
+    assert results["acc"] > 65.0, results["accuracy_matrix"]  # chance: 10
