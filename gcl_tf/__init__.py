@@ -2,8 +2,8 @@
 
 The Python API (docs/api.md), imported on first use so that ``import gcl_tf`` stays light:
 
-- the methods, Keras models: ``GCL``, ``ER``, ``EWC``, ``GEM``, ``AGEM``, ``MER``, ``ICaRL``,
-  ``Finetune`` (``model.compile(optimizer=...)``, then ``model.fit(task_stream)`` per task);
+- the methods, Keras models, one per entry of the registry (gcl_tf/methods/__init__.py): ``GCL``,
+  ``ER``, ``EWC``, ... (``model.compile(optimizer=...)``, then ``model.fit(task_stream)`` per task);
 - ``gcl_tf.data.load(name, source=..., path=...)`` and ``gcl_tf.benchmarks.permuted/rotated/split``:
   continual streams of tasks with ``.train`` and ``.test`` tf.data datasets;
 - ``gcl_tf.callbacks.TaskBoundary``: a task's boundaries for ``fit``;
@@ -13,17 +13,12 @@ The Python API (docs/api.md), imported on first use so that ``import gcl_tf`` st
 """
 import importlib
 
+from gcl_tf import methods as _methods  # the registry only: no TensorFlow
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "GCL": ("gcl_tf.methods.gcl", "GCL"),
-    "ER": ("gcl_tf.methods.er", "ER"),
-    "EWC": ("gcl_tf.methods.ewc", "EWC"),
-    "GEM": ("gcl_tf.methods.gem", "GEM"),
-    "AGEM": ("gcl_tf.methods.agem", "AGEM"),
-    "MER": ("gcl_tf.methods.mer", "MER"),
-    "ICaRL": ("gcl_tf.methods.icarl", "ICaRL"),
-    "Finetune": ("gcl_tf.methods.finetune", "Finetune"),
+    **_methods.exports(),  # GCL, ER, ...: one per registry entry
     "run": ("gcl_tf.api", "run"),
     "Results": ("gcl_tf.api", "Results"),
     "load_model": ("gcl_tf.api", "load_model"),

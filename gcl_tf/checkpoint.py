@@ -175,15 +175,16 @@ class RunCheckpoints:
             self._manager = tf.train.CheckpointManager(self.checkpoint, self.folder, max_to_keep=MAX_TO_KEEP)
         return self._manager
 
-    def restore(self, path: str) -> None:
+    def restore(self, path: str, key: str = "--resume",
+                advice: str = "was the data changed? start a new run in another --output") -> None:
         """Restore every saved variable from ``path``; a UserError if it does not fit the model
-        built from the config (another dataset shape, a damaged file)."""
+        built from the config (another dataset shape, a damaged file), naming ``key``, the
+        argument that chose the checkpoint."""
         try:
             self._restore(path)
         except Exception as error:  # noqa: BLE001 - a damaged file fails in many ways
             raise UserError(
-                f"--resume: cannot restore {path} into the model built from the config ({_first_line(error)}); "
-                "was the data changed? start a new run in another --output"
+                f"{key}: cannot restore {path} into the model built from the config ({_first_line(error)}); {advice}"
             ) from None
 
     def _restore(self, path: str) -> None:

@@ -94,8 +94,8 @@ class TuneConfig:
     """Hyper-parameter search (``python -m gcl_tf.tune``); ``gcl_tf.train`` ignores this section."""
 
     # Search space: {dotted.config.key: [values, ...]} (choices) or {dotted.config.key: {min, max,
-    # log, step}} (a numeric range: random and bayesian tuners only). null: the GCL paper's
-    # appendix grid for the chosen method (gcl_tf/tune/space.py PAPER_GRIDS).
+    # log, step}} (a numeric range: random and bayesian tuners only). null: the chosen method's
+    # default grid (gcl_tf/tune/space.py default_grid: the GCL paper's appendix grids).
     space: Optional[dict] = None
     tuner: Literal["grid", "random", "bayesian"] = "grid"
     # Trials at most (null: the whole grid; 10 for random and bayesian).
@@ -214,7 +214,8 @@ def resolve(raw: dict, overrides=()) -> Config:
     sections = dict(raw)
     method_section = sections.pop("method", None) or {}
     config = build_dataclass(Config, sections, "")
-    config.method = build_dataclass(method_cls, method_section, "method")
+    # the selected name, whatever the default of the method's Config says
+    config.method = build_dataclass(method_cls, {**method_section, "name": name}, "method")
     _check_consistency(config)
     return config
 
@@ -249,7 +250,8 @@ def _check_consistency(config: Config) -> None:
         )
     from gcl_tf import precision  # (no TensorFlow import)
 
-    precision.check(config.method.name, config.train.mixed_precision)
+    precision.check(config.method.name, config.train.mixed_precision,
+                    loss_scaling=methods.method_class(config.method.name).supports_loss_scaling)
     check_method = getattr(config.method, "check", None)
     if check_method is not None:  # a method's own cross-key rules
         check_method(config)

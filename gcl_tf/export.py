@@ -102,12 +102,14 @@ def load_run(run_dir: str, allow_unfinished: bool = False):
         raise UserError(f"RUN_DIR: no checkpoint in {checkpoint_dir(run_dir)}; train the run first")
     model = methods.build(config, input_shape, num_classes)
     model.compile_for_training(config.train)
-    checkpoints = RunCheckpoints(model, config.benchmark.num_tasks, run_dir)
-    checkpoints.restore(latest)
+    # The tasks the run trains (benchmark.tasks, when it names some), as train.py sized its progress.
+    tasks = config.benchmark.num_tasks if config.benchmark.tasks is None else len(config.benchmark.tasks)
+    checkpoints = RunCheckpoints(model, tasks, run_dir)
+    checkpoints.restore(latest, key="RUN_DIR", advice="is it damaged, or was RUN_DIR/config.yaml changed?")
     tasks_done = int(checkpoints.progress.task.numpy())
-    if tasks_done < config.benchmark.num_tasks and not allow_unfinished:
+    if tasks_done < tasks and not allow_unfinished:
         raise UserError(
-            f"RUN_DIR: the run is not finished ({tasks_done} of {config.benchmark.num_tasks} tasks trained); "
+            f"RUN_DIR: the run is not finished ({tasks_done} of {tasks} tasks trained); "
             "finish it with python -m gcl_tf.train ... --resume, or pass --allow-unfinished"
         )
     run = {
@@ -115,7 +117,7 @@ def load_run(run_dir: str, allow_unfinished: bool = False):
         "checkpoint": os.path.basename(latest),
         "train_steps": int(model.step_counter.numpy()),
         "tasks_trained": tasks_done,
-        "num_tasks": int(config.benchmark.num_tasks),
+        "num_tasks": int(tasks),
         "seed": int(config.seed),
         "config": config.to_dict(),
     }

@@ -25,19 +25,17 @@ import sys
 
 PACKAGE = "gcl_tf"
 # Every class a saved learner can name (registered as "gcl_tf>Name" when its module is imported):
-# the methods and the layers of the backbones. tests/test_api.py checks that it is complete.
-CLASSES = {
-    "GCL": "gcl_tf.methods.gcl",
-    "ER": "gcl_tf.methods.er",
-    "EWC": "gcl_tf.methods.ewc",
-    "GEM": "gcl_tf.methods.gem",
-    "AGEM": "gcl_tf.methods.agem",
-    "MER": "gcl_tf.methods.mer",
-    "ICaRL": "gcl_tf.methods.icarl",
-    "Finetune": "gcl_tf.methods.finetune",
-    "FusedBatchNormalization": "gcl_tf.backbones",
-    "ContinualModel": "gcl_tf.methods.base",  # the methods' base class (registered like them)
-}
+# the methods (read from their registry, gcl_tf/methods/__init__.py) and the layers of the
+# backbones. tests/test_api.py checks that it is complete.
+def _classes() -> dict:
+    from gcl_tf.methods import _MODULES  # the registry: no TensorFlow, no Keras
+
+    return {**{cls: module for module, cls in _MODULES.values()},
+            "FusedBatchNormalization": "gcl_tf.backbones",
+            "ContinualModel": "gcl_tf.methods.base"}  # the methods' base class (registered like them)
+
+
+CLASSES = _classes()
 _WATCHED = ("keras", "tensorflow")
 
 

@@ -11,9 +11,9 @@ reads the layers' outputs cast to float32. Memories hold float32 images as they 
 
 float16 needs loss scaling (its gradients underflow): the optimizer is wrapped in Keras's
 ``LossScaleOptimizer`` and :meth:`ContinualModel.apply_gradients` scales the loss. Methods that
-compute and apply their own gradients (GEM, A-GEM and MER project or interpolate them) are
-refused under float16 with one line; bfloat16 (float32's exponent range) needs no scaling and
-runs every method.
+compute and apply their own gradients (GEM, A-GEM and MER project or interpolate them; their
+class says ``supports_loss_scaling = False``) are refused under float16 with one line; bfloat16
+(float32's exponent range) needs no scaling and runs every method.
 """
 from __future__ import annotations
 
@@ -22,16 +22,15 @@ import contextlib
 from gcl_tf.errors import ConfigError
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
-# Methods whose gradients do not go through ContinualModel.apply_gradients (they take them from
-# their own tapes and hand them to the optimizer, or move the weights themselves): no loss scaling.
-NO_LOSS_SCALING = ("gem", "agem", "mer")
 
 
-def check(method_name: str, policy: str) -> None:
-    """One-line ConfigError when ``method_name`` cannot run under ``policy``."""
+def check(method_name: str, policy: str, loss_scaling: bool = True) -> None:
+    """One-line ConfigError when ``method_name`` cannot run under ``policy``; ``loss_scaling``:
+    whether its gradients go through ContinualModel.apply_gradients (the class's
+    ``supports_loss_scaling``), which mixed_float16 needs."""
     if policy not in POLICIES:
         raise ConfigError(f"train.mixed_precision: {policy!r} is not allowed; allowed: {', '.join(POLICIES)}")
-    if policy == "mixed_float16" and method_name in NO_LOSS_SCALING:
+    if policy == "mixed_float16" and not loss_scaling:
         raise ConfigError(
             f"train.mixed_precision: mixed_float16 needs loss scaling, which method {method_name} (its own "
             "gradient projection or weight updates) does not take; allowed: float32, mixed_bfloat16"

@@ -1,7 +1,9 @@
 """Memory a run needs, checked before its model is built.
 
 :func:`largest_buffers` estimates a run's largest buffers from its config (a pure function):
-the episodic memory's images (stored as float32, as every method keeps them), GCL's learned
+the episodic memory's images (stored as float32, as every method keeps them) and the other
+fields it keeps of each sample (DER++'s logits), as the method's class declares them
+(``memory_slots``, ``memory_fields``: gcl_tf/methods/base.py), GCL's learned
 context graph ([M, M] edge logits, or [M, H] edge embeddings), the graphs of a GCL training
 step ([k + B, k] for k contexts: the kernel, the edge logits and the sampled graph, all kept for
 the gradient) and the test-time graph noise ([S, N, M]: drawn for each evaluation batch, kept
@@ -22,22 +24,32 @@ GIB = 2**30
 STEP_GRAPH_TENSORS = 3  # kernel, edge logits, sampled graph: [k + B, k] each, all alive for the gradient
 
 
-def largest_buffers(config, input_shape) -> list[tuple[str, int]]:
-    """``(what, bytes)`` of the run's largest buffers on one device, largest first."""
+def largest_buffers(config, input_shape, num_classes: int | None = None) -> list[tuple[str, int]]:
+    """``(what, bytes)`` of the run's largest buffers on one device, largest first (the memory's
+    extra fields counted when ``num_classes``, which they may depend on, is given)."""
+    from gcl_tf import methods
+
     method = config.method
-    memory = getattr(method, "memory_size", None)
-    if memory is None:  # finetune, ewc: no episodic memory
+    cls = methods.method_class(method.name)
+    slots = cls.memory_slots(config)
+    if not slots:  # finetune, ewc: no episodic memory
         return []
     image = math.prod(int(d) for d in input_shape) * FLOAT32
-    if method.name in ("gem", "agem"):  # memory_size // T slots for each of T tasks
-        tasks = int(config.benchmark.num_tasks)
-        slots = max(memory // tasks, 1) * tasks
-    else:
-        slots = memory
     buffers = [(f"the memory's {slots} images", slots * image)]
+    fields = cls.memory_fields(int(num_classes)) if num_classes is not None else {}
+    for name, (shape, dtype) in fields.items():
+        per_sample = math.prod(int(d) for d in shape) * _itemsize(dtype)
+        buffers.append((f"the memory's {slots} {name} [{', '.join(str(int(d)) for d in shape)}]", slots * per_sample))
     if method.name == "gcl":
-        buffers += _gcl_buffers(config, memory)
+        buffers += _gcl_buffers(config, int(method.memory_size))
     return sorted(buffers, key=lambda item: -item[1])
+
+
+def _itemsize(dtype) -> int:
+    """Bytes of one element of ``dtype`` (a name such as "float32", a NumPy or TensorFlow dtype)."""
+    import numpy as np
+
+    return int(np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize)
 
 
 def _gcl_buffers(config, memory: int) -> list[tuple[str, int]]:
@@ -128,10 +140,11 @@ def advice(config) -> str:
     return "lower method.memory_size"
 
 
-def check_memory(config, input_shape, available: int | None = None, where: str = "") -> None:
+def check_memory(config, input_shape, available: int | None = None, where: str = "",
+                 num_classes: int | None = None) -> None:
     """A one-line OutOfMemory when the run's largest buffers exceed ``available`` bytes (default:
     :func:`device_memory`)."""
-    buffers = largest_buffers(config, input_shape)
+    buffers = largest_buffers(config, input_shape, num_classes)
     needed = sum(size for _, size in buffers)
     if not buffers or needed < 2**20:  # nothing worth asking the device about
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import types
 import typing
@@ -41,6 +42,16 @@ class MemoryMethodConfig(MethodConfig):
     # Samples the episodic memory holds, over all tasks (GEM, A-GEM: split evenly across tasks;
     # iCaRL: across its exemplar sets).
     memory_size: int = field(default=1000, metadata=_range(1))
+
+    def __init_subclass__(cls, **kwargs):
+        """A method's config inherits ``memory_size`` and does not declare it again (one range,
+        one default, one meaning for every method): a TypeError when it does."""
+        super().__init_subclass__(**kwargs)
+        own = (inspect.get_annotations(cls) if hasattr(inspect, "get_annotations")  # Python >= 3.10
+               else cls.__dict__.get("__annotations__", {}))
+        if "memory_size" in own:
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}: memory_size is declared once, in "
+                            "MemoryMethodConfig; allowed: inherit it")
 
 
 

@@ -74,14 +74,14 @@ def build_model(config, benchmark):
 def make_strategy(config, cls):
     """The configured tf.distribute strategy (None: one device), checked against the method and
     the batch sizes before anything is built."""
-    from gcl_tf import distribute
+    from gcl_tf import distribute, methods
 
     if config.train.distribute == "none":
         return None
     if not cls.supports_distribution:
         raise UserError(
             f"train.distribute: method {config.method.name} does not run under a tf.distribute strategy; "
-            "allowed: none (or a method among finetune, er, gcl)"
+            f"allowed: none (or a method among {', '.join(methods.distributed_names())})"
         )
     strategy = distribute.make_strategy(config.train)
     distribute.check_batch(strategy, config.train.batch_size, "train.batch_size")
@@ -207,7 +207,7 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
         from gcl_tf.learner import check_init_from
 
         init_from = check_init_from(config, benchmark, output_dir)
-    check_memory(config, benchmark.input_shape)
+    check_memory(config, benchmark.input_shape, num_classes=benchmark.num_classes)
     # Multi-worker training stops together or not at all: there a signal ends the process.
     with exclusive(output_dir), StopSignals(enabled=config.train.distribute != "multi_worker") as stop:
         check_output(output_dir, overwrite, resume)  # again, now that no other run can change the folder

@@ -32,3 +32,35 @@ def without_tf_log_level() -> dict:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def quickstart_twice(method: str, output_dir) -> tuple:
+    """configs/quickstart.yaml with ``method``'s preset, run twice (under ``output_dir``): the
+    second run must repeat the first's accuracy matrix. Returns (config, results)."""
+    import os
+
+    import numpy as np
+
+    from gcl_tf.train import run
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "quickstart.yaml")
+    config = config_lib.load_config(path, [f"method.name={method}", "train.verbose=0"])
+    first = run(config, output_dir=os.path.join(str(output_dir), "a"), verbose=0)
+    again = run(config, output_dir=os.path.join(str(output_dir), "b"), verbose=0)
+    np.testing.assert_array_equal(first["accuracy_matrix"], again["accuracy_matrix"])
+    return config, first
+
+
+def linear_backbone(image_shape):
+    """A backbone that only flattens: the classifier on it is linear, logits = flatten(x) @ W + b."""
+    import keras
+
+    return keras.Sequential([keras.Input(tuple(image_shape)), keras.layers.Flatten()])
+
+
+def output_weights(model):
+    """``(W, b)`` of the method's last linear layer (``logits``), as float64 arrays."""
+    import numpy as np
+
+    kernel, bias = model.network.get_layer("logits").weights
+    return kernel.numpy().astype(np.float64), bias.numpy().astype(np.float64)

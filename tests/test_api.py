@@ -102,20 +102,60 @@ def test_the_api_builds_the_model_the_cli_builds(make_config):
 
 def test_constructor_keywords_are_the_config_keys_with_their_defaults():
     """Every method's constructor takes each key of its Config with the same default, so the CLI
-    (methods.build) and the API build the same method; memory_size is declared once."""
+    (methods.build) and the API build the same method; memory_size is declared once; the model's
+    name is the registry key; the public gcl_tf.<Name> is the registry's class."""
     from gcl_tf.config import MemoryMethodConfig
 
     for name in methods.names():
-        module = methods.module(name)
-        parameters = inspect.signature(module.Method.__init__).parameters
+        module, cls = methods.module(name), methods.method_class(name)
+        parameters = inspect.signature(cls.__init__).parameters
         for f in dataclasses.fields(module.Config):
             if f.name == "name":
-                assert parameters["name"].default == name
                 continue
             assert f.name in parameters, (name, f.name)
-            assert parameters[f.name].default == f.default, (name, f.name)
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            assert parameters[f.name].default == default, (name, f.name)
         assert ("memory_size" in module.Config.__dataclass_fields__) == issubclass(module.Config, MemoryMethodConfig)
         assert "memory_size" not in module.Config.__annotations__, name  # declared once, in MemoryMethodConfig
+        assert getattr(gcl_tf, cls.__name__) is cls and cls.__name__ in gcl_tf.__all__
+        model = cls(num_classes=10, input_shape=(8, 8, 1), **({"num_tasks": 2} if "num_tasks" in parameters else {}))
+        assert model.name == name and methods.registry_name(cls) == name
+
+
+def test_a_method_class_that_breaks_the_rules_is_refused_when_defined():
+    """The rules are enforced where a method is written, not only here: a constructor keyword
+    whose default is not its Config's, a key of the Config the constructor does not take, a name
+    default other than the registry key, a Config that declares memory_size again."""
+    from dataclasses import dataclass
+
+    from gcl_tf.methods.er import ER
+    from gcl_tf.schema import MemoryMethodConfig
+
+    with pytest.raises(TypeError, match=r"its constructor must take the keyword replay_batch_size=None"):
+        class OtherDefault(ER):
+            def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=8, **common):
+                super().__init__(backbone, num_classes=num_classes, **common)
+    with pytest.raises(TypeError, match=r"its constructor must take the keyword memory_size=1000"):
+        class Missing(ER):
+            def __init__(self, backbone=None, *, num_classes, replay_batch_size=None, **common):
+                super().__init__(backbone, num_classes=num_classes, **common)
+    with pytest.raises(TypeError, match=r"the keyword name defaults to 'replay'; allowed: None or the registry key"):
+        class Named(ER):
+            def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, name="replay",
+                         **common):
+                super().__init__(backbone, num_classes=num_classes, name=name, **common)
+    with pytest.raises(TypeError, match="memory_size is declared once, in MemoryMethodConfig"):
+        @dataclass
+        class Config(MemoryMethodConfig):
+            memory_size: int = 10
+
+    class Subclass(ER):  # keeps ER's constructor, Config and registry key
+        pass
+
+    model = Subclass(num_classes=10, input_shape=(8, 8, 1), memory_size=5)
+    assert model.name == "er" and model.settings.memory_size == 5
+    with pytest.raises(ConfigError, match=r"^Subclass.memory_size: 0 is out of range"):
+        Subclass(num_classes=10, input_shape=(8, 8, 1), memory_size=0)
 
 
 def test_keywords_are_checked_and_the_input_shape_is_needed():

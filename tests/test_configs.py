@@ -32,8 +32,21 @@ def test_config_loads_and_validates_with_each_preset(name, method):
     config = load(name, method)
     assert config.method.name == method
     assert config.train.batch_size == 10  # every benchmark: an online stream of batches of 10
-    if method in ("er", "gem", "gcl", "mer", "icarl", "agem"):
+    if method in ("er", "gem", "gcl", "mer", "icarl", "agem", "derpp", "er_ace"):
         assert config.method.memory_size >= 1
+
+
+@pytest.mark.parametrize("name", ["quickstart", "permuted_fashion_mnist", "rotated_fashion_mnist",
+                                  "split_fashion_mnist", "split_cifar10"])
+def test_the_replay_baselines_have_presets_with_ers_memory_and_backbone(name):
+    """DER++ and ER-ACE next to ER: the same memory and backbone; ER-ACE also ER's optimizer."""
+    er = load(name, "er")
+    for method in ("derpp", "er_ace"):
+        config = load(name, method)
+        assert config.method.memory_size == er.method.memory_size, (name, method)
+        assert config.model == er.model, (name, method)
+    er_ace = load(name, "er_ace")
+    assert (er_ace.train.optimizer, er_ace.train.learning_rate) == (er.train.optimizer, er.train.learning_rate)
 
 
 # benchmark -> (protocol, dataset, source, tasks, memory, epochs, multi_head)

@@ -20,6 +20,8 @@ CONFIG = textwrap.dedent("""\
     presets:
       gcl: {method: {memory_size: 60, context_temperature: 0.3, target_temperature: 1.0, graph_lambda: 1.0}}
       er: {method: {memory_size: 60}}
+      derpp: {method: {memory_size: 60}}
+      er_ace: {method: {memory_size: 60}}
 """)
 
 # Runs each method on one device and mirrored over 2 logical CPUs, in a fresh process (logical
@@ -34,7 +36,7 @@ MIRRORED = textwrap.dedent("""\
     from gcl_tf.train import run
     config_path, out = sys.argv[1], sys.argv[2]
     report = {}
-    for method in ("finetune", "er", "gcl"):
+    for method in sys.argv[3].split(","):
         for mode in ("none", "mirrored"):
             config = config_lib.load_config(config_path, [f"method.name={method}", f"train.distribute={mode}",
                                                           "train.devices=[/cpu:0, /cpu:1]"])
@@ -49,6 +51,10 @@ MIRRORED = textwrap.dedent("""\
             np.savez(os.path.join(out, method, mode, "state.npz"), **state)
     print("REPORT " + json.dumps(report))
 """)
+
+
+# Every method that runs distributed (supports_distribution), the replay baselines' helpers included.
+METHODS = ("finetune", "er", "gcl", "derpp", "er_ace")
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +74,17 @@ def _env():
 def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
     import numpy as np
 
+    from gcl_tf import methods
+
+    assert set(METHODS) == set(methods.distributed_names())  # a new distributed method is checked here too
+
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
-    proc = subprocess.run([sys.executable, str(script), str(config_file), str(tmp_path / "runs")],
+    proc = subprocess.run([sys.executable, str(script), str(config_file), str(tmp_path / "runs"), ",".join(METHODS)],
                           capture_output=True, text=True, timeout=900, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
-    for method in ("finetune", "er", "gcl"):
+    for method in METHODS:
         single, mirrored = np.array(report[f"{method}/none"]), np.array(report[f"{method}/mirrored"])
         assert report[f"{method}/none/steps"] == report[f"{method}/mirrored/steps"] == 60
         np.testing.assert_allclose(mirrored, single, atol=1e-6, err_msg=method)
@@ -84,7 +94,8 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
         b = np.load(tmp_path / "runs" / method / "mirrored" / "state.npz")
         assert sorted(a.files) == sorted(b.files) and len(a.files) > 5
         memory = [n for n in a.files if "memory" in n]
-        assert (method == "finetune") or any("edge_logits" in n for n in memory) or method == "er"
+        assert method != "gcl" or any("edge_logits" in n for n in memory)
+        assert method != "derpp" or any("memory/logits" in n for n in memory)  # the stored logits agree too
         for name in a.files:  # weights, optimizer slots, memory, counters
             got, want = b[name], a[name]
             if "edge_logits" in name:  # a context's edge to itself is never read (self-edges are removed);

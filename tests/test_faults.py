@@ -547,6 +547,9 @@ def test_largest_buffers_of_gcl_with_a_large_memory(make_config):
     gem = make_config({"method": {"name": "gem", "memory_size": 100}})  # 33 slots for each of 3 tasks
     assert largest_buffers(gem, (8, 8, 1)) == [("the memory's 99 images", 99 * 64 * 4)]
     assert largest_buffers(make_config(), (8, 8, 1)) == []  # finetune keeps no memory
+    derpp = make_config({"method": {"name": "derpp", "memory_size": 1000}})  # keeps each sample's logits too
+    assert largest_buffers(derpp, (8, 8, 1), num_classes=100) == [("the memory's 1000 logits [100]", 1000 * 100 * 4),
+                                                                   ("the memory's 1000 images", 1000 * 64 * 4)]
 
 
 def test_host_memory_is_memavailable(tmp_path):

@@ -144,8 +144,93 @@ def test_sample_without_replacement_draws_distinct_filled_slots():
     assert ok.sum() == 6 and set(index[ok]) == valid_index  # more draws than filled slots
     memory = ReservoirMemory(10, (3,), seed=0)
     fill(memory, n=6, batch=3)
-    images, labels, ok = memory.sample(8, tf.constant(3, tf.int64))
-    assert ok.numpy().sum() == 6 and set(labels.numpy()[ok.numpy()]) == set(range(6))
+    drawn = memory.sample(8, tf.constant(3, tf.int64))
+    ok = drawn["ok"].numpy()
+    assert ok.sum() == 6 and set(drawn["labels"].numpy()[ok]) == set(range(6))
+
+
+def test_extra_fields_are_stored_and_drawn_with_their_samples_and_sample_returns_its_slots():
+    """A field declared at construction (DER++'s logits) goes in with add and comes out of sample
+    beside the image and label of the same sample; sample names the slots it drew, and another
+    salt draws another batch from the same seed and counter."""
+    memory = ReservoirMemory(12, (3,), seed=1, extra={"logits": ([4], tf.float32), "task": ([], "int32")})
+    assert memory.logits.shape == (12, 4) and memory.task.dtype == tf.int32
+    assert [v.name for v in memory.variables].count("memory/logits:0") == 1
+    for start in range(0, 30, 5):  # 30 samples through 12 slots: the reservoir replaces some
+        ids = np.arange(start, start + 5)
+        slots = memory.add(tf.constant(np.repeat(ids[:, None], 3, axis=1), tf.float32), tf.constant(ids, tf.int32),
+                           logits=tf.constant(ids[:, None] + np.arange(4)[None, :] / 10, tf.float32),
+                           task=tf.constant(ids // 10, tf.int32)).numpy()
+        kept = slots >= 0
+        np.testing.assert_array_equal(memory.labels.numpy()[slots[kept]], ids[kept])
+    labels = memory.labels.numpy()
+    np.testing.assert_allclose(memory.logits.numpy(), labels[:, None] + np.arange(4)[None, :] / 10, rtol=1e-6)
+    np.testing.assert_array_equal(memory.task.numpy(), labels // 10)
+    drawn = memory.sample(5, tf.constant(7, tf.int64))
+    slots = drawn["slots"].numpy()
+    assert drawn["ok"].numpy().all() and len(set(slots)) == 5
+    np.testing.assert_array_equal(drawn["labels"].numpy(), labels[slots])  # the slots it drew
+    np.testing.assert_array_equal(drawn["images"].numpy()[:, 0], labels[slots])
+    np.testing.assert_allclose(drawn["logits"].numpy(), memory.logits.numpy()[slots])
+    np.testing.assert_array_equal(drawn["task"].numpy(), labels[slots] // 10)
+    again = memory.sample(5, tf.constant(7, tf.int64))["slots"].numpy()
+    other = memory.sample(5, tf.constant(7, tf.int64), salt=103)["slots"].numpy()
+    np.testing.assert_array_equal(again, slots)  # stateless: the same seed, counter and salt
+    assert not np.array_equal(other, slots)
+    with pytest.raises(ValueError, match=r"memory fields: expected \['logits', 'task'\], got \['logits'\]"):
+        memory.add(tf.zeros([2, 3]), tf.zeros([2], tf.int32), logits=tf.zeros([2, 4]))
+    with pytest.raises(ValueError, match="memory field 'labels'"):
+        ReservoirMemory(4, (3,), extra={"labels": ([1], tf.float32)})
+
+
+def test_a_memory_without_extra_fields_keeps_its_variable_names():
+    """The checkpoints of runs made before extra fields existed restore: the same variables."""
+    memory = ReservoirMemory(4, (3,))
+    assert sorted(v.name for v in memory.variables) == ["memory/images:0", "memory/labels:0", "memory/num_filled:0",
+                                                        "memory/num_seen:0"]
+
+
+REPLICA_SLICES = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from gcl_tf.memory import ReservoirMemory, replay_batch
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    memory = ReservoirMemory(10, (2,), seed=3, extra={"logits": ([3], tf.float32)})
+ids = np.arange(8)
+memory.add(tf.constant(np.repeat(ids[:, None], 2, axis=1), tf.float32), tf.constant(ids, tf.int32),
+           logits=tf.constant(np.repeat(ids[:, None], 3, axis=1), tf.float32))
+whole = replay_batch(memory, 6, tf.constant(5, tf.int64))  # one device: the whole draw
+parts = strategy.run(tf.function(lambda: replay_batch(memory, 6, tf.constant(5, tf.int64))))
+out = {"whole": {k: v.numpy().tolist() for k, v in whole.items()},
+       "parts": [{k: strategy.experimental_local_results(v)[r].numpy().tolist() for k, v in parts.items()}
+                 for r in range(2)]}
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_replay_batch_on_two_replicas_is_the_one_device_batch_cut_in_two(tmp_path):
+    """Each replica replays its consecutive half of the batch one device draws (all fields)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "replicas.py"
+    script.write_text(REPLICA_SLICES)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    whole, parts = out["whole"], out["parts"]
+    assert set(whole) == {"slots", "ok", "images", "labels", "logits"}
+    assert sum(whole["ok"]) == 6 and len(set(whole["slots"])) == 6
+    for field, values in whole.items():
+        assert parts[0][field] + parts[1][field] == values, field
 
 
 def test_er_train_step_does_not_retrace_across_steps_or_tasks(make_config, tmp_path, monkeypatch):

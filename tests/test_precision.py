@@ -27,7 +27,7 @@ def digit_batches(count, batch=10):
 def build(method, policy, **keys):
     from gcl_tf.benchmark.throughput import make_model
 
-    memory = {"gcl": 40, "er": 40}.get(method)
+    memory = {"gcl": 40, "er": 40, "derpp": 40, "er_ace": 40}.get(method)
     return make_model(method, (8, 8, 1), memory=memory, hidden=32, mixed_precision=policy, **keys)
 
 
@@ -49,7 +49,7 @@ def low_precision_layers(model):
             if isinstance(layer, keras.layers.Dense) and layer.compute_dtype != "float32"]
 
 
-@pytest.mark.parametrize("method", [pytest.param("gcl", marks=pytest.mark.slow), "er"])
+@pytest.mark.parametrize("method", [pytest.param("gcl", marks=pytest.mark.slow), "er", "derpp", "er_ace"])
 def test_bfloat16_trains_and_stays_close_to_float32(method):
     import keras
 
@@ -64,7 +64,7 @@ def test_bfloat16_trains_and_stays_close_to_float32(method):
     assert np.isfinite(losses).all()
     late = slice(10, None)  # (GCL's first step only fills the memory: loss 0)
     assert abs(losses[late].mean() - reference[late].mean()) < 0.1 * reference[late].mean(), (losses, reference)
-    assert losses[-10:].mean() < losses[late][:10].mean() or method == "gcl"  # ER learns within 30 steps
+    assert losses[-10:].mean() < losses[late][:10].mean() or method == "gcl"  # ER & co. learn within 30 steps
     if method == "gcl":  # predictions are float32 distributions
         import tensorflow as tf
 
@@ -73,7 +73,8 @@ def test_bfloat16_trains_and_stays_close_to_float32(method):
         np.testing.assert_allclose(np.exp(log_probs.numpy()).sum(axis=1), 1.0, rtol=1e-5)
 
 
-def test_float16_scales_its_loss():
+@pytest.mark.parametrize("method", ["gcl", "derpp", "er_ace"])
+def test_float16_scales_its_loss(method):
     """Under mixed_float16 the optimizer is a LossScaleOptimizer and the loss is scaled before the
     gradients: the weights move as much as under float32 (without the scaling the optimizer
     would divide unscaled gradients by the scale, 2**15, and the weights would barely move)."""
@@ -83,7 +84,7 @@ def test_float16_scales_its_loss():
 
     def weight_change(policy):
         keras.utils.set_random_seed(0)
-        model = build("gcl", policy)
+        model = build(method, policy)
         before = [v.numpy().copy() for v in model.trainable_variables]
         losses = train_losses(model, batches)
         after = [v.numpy() for v in model.trainable_variables]
@@ -98,7 +99,14 @@ def test_float16_scales_its_loss():
 
 
 def test_methods_without_loss_scaling_are_refused_under_float16_in_one_line(make_config):
-    for method in ("gem", "agem", "mer"):
+    from gcl_tf import methods
+
+    refused = [name for name in methods.names() if not methods.method_class(name).supports_loss_scaling]
+    assert refused == ["gem", "agem", "mer"]  # what their classes declare
+    for method in methods.names():  # the others run under float16
+        if method not in refused:
+            make_config({"method": {"name": method}}, ["train.mixed_precision=mixed_float16"])
+    for method in refused:
         with pytest.raises(ConfigError) as info:
             make_config({"method": {"name": method}}, ["train.mixed_precision=mixed_float16"])
         message = str(info.value)

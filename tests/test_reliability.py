@@ -272,7 +272,15 @@ METHOD_SETTINGS = {
     "agem": {"memory_size": 20, "agem_batch_size": 10},
     "mer": {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1},
     "icarl": {"memory_size": 20},
+    "derpp": {"memory_size": 20},
+    "er_ace": {"memory_size": 20},
 }
+
+
+def test_every_method_is_checked_for_resuming_and_exporting():
+    from gcl_tf import methods
+
+    assert set(METHOD_SETTINGS) == set(methods.names())  # a new method: give it small settings above
 
 
 class Crash(Exception):

@@ -311,30 +311,38 @@ def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tm
 
 
 # ----------------------------------------------------------------------------- the space
-def test_every_method_has_the_papers_grid_on_its_own_config_keys():
+def test_every_method_has_a_default_grid_on_its_own_config_keys():
+    """The paper's grids, declared by the method classes (tune_grid) on top of the common
+    optimizer and learning-rate grid; a method that declares none gets the common grid."""
     from gcl_tf import methods
     from gcl_tf.config import resolve
-    from gcl_tf.tune import PAPER_GRIDS, search_space
+    from gcl_tf.tune import COMMON_GRID, default_grid, search_space
 
     for name in methods.names():
         config = resolve({"method": {"name": name}})
-        space = search_space(config, PAPER_GRIDS[name], "grid", where=f"default grid of {name}")
+        space = search_space(config, default_grid(name), "grid", where=f"default grid of {name}")
         assert space["train.learning_rate"] == [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0]
-    gcl = search_space(resolve({"method": {"name": "gcl"}}), PAPER_GRIDS["gcl"])
+    gcl = search_space(resolve({"method": {"name": "gcl"}}), default_grid("gcl"))
     assert list(gcl) == ["train.optimizer", "train.learning_rate", "method.graph_lambda",
                          "method.context_temperature", "method.target_temperature"]
     assert gcl["method.graph_lambda"] == [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0]
-    assert PAPER_GRIDS["ewc"]["method.ewc_lambda"] == [0.1, 1.0, 10.0, 100.0, 1000.0]
-    assert PAPER_GRIDS["gem"]["method.margin"] == [0.0, 0.1, 0.5, 1.0]
-    assert PAPER_GRIDS["mer"]["method.beta"] == [0.01, 0.03, 0.1, 0.3, 1.0]
+    assert default_grid("ewc")["method.ewc_lambda"] == [0.1, 1.0, 10.0, 100.0, 1000.0]
+    assert default_grid("gem")["method.margin"] == [0.0, 0.1, 0.5, 1.0]
+    assert default_grid("mer") == {"train.optimizer": ["sgd"],  # the class's key replaces the common one
+                                   "train.learning_rate": COMMON_GRID["train.learning_rate"],
+                                   "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}
+    assert default_grid("er_ace") == default_grid("agem") == COMMON_GRID  # nothing declared
+    assert set(default_grid("derpp")) == {"train.optimizer", "train.learning_rate", "method.alpha", "method.beta"}
+    default_grid("ewc")["method.ewc_lambda"].append(5.0)  # a copy: the class's grid is untouched
+    assert methods.method_class("ewc").tune_grid["method.ewc_lambda"][-1] == 1000.0
 
 
-def test_the_default_space_is_the_methods_paper_grid():
+def test_the_default_space_is_the_methods_default_grid():
     from gcl_tf.tune import Search
 
     raw = {k: v for k, v in TINY.items() if k != "tune"}
     search = Search(raw, ["method.name=gem"])
-    assert search.paper_grid and search.tuner == "grid"
+    assert search.default_space and search.tuner == "grid"
     assert search.space == {"train.optimizer": ["adam", "sgd"],
                             "train.learning_rate": [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0],
                             "method.margin": [0.0, 0.1, 0.5, 1.0]}

@@ -2,7 +2,8 @@
 step updates in place (shapes never change), with stateless randomness.
 
 - :mod:`.state`: state variables, in-place scatters, seeded sampling without replacement;
-- :mod:`.reservoir`: the reservoir memory (ER, MER) and reservoir sampling;
+- :mod:`.reservoir`: the reservoir memory (ER, MER, DER++, ER-ACE; extra per-sample fields),
+  reservoir sampling and :func:`replay_batch`, a replay batch on one device or many;
 - :mod:`.graph`: GCL's graph memory (reservoir + best context losses + the learned graph);
 - :mod:`.ring`: GEM's and A-GEM's per-task ring buffers;
 - :mod:`.exemplars`: iCaRL's exemplar sets and class means.
@@ -16,6 +17,7 @@ from gcl_tf.memory.reservoir import (
            SALT_REPLAY,
            SALT_RESERVOIR,
            ReservoirMemory,
+           replay_batch,
            reservoir_slots,
 )
 from gcl_tf.memory.ring import TaskMemory, per_task_memory
@@ -27,5 +29,5 @@ from gcl_tf.memory.state import (
 )
 
 __all__ = ["ExemplarMemory", "GraphMemory", "ReservoirMemory", "SALT_REPLAY", "SALT_RESERVOIR", "TaskMemory",
-           "per_task_memory", "reservoir_slots", "sample_without_replacement", "scatter_update", "state_variable",
-           "step_seed"]
+           "per_task_memory", "replay_batch", "reservoir_slots", "sample_without_replacement", "scatter_update",
+           "state_variable", "step_seed"]

@@ -1,9 +1,13 @@
-"""A fixed-capacity episodic memory filled by reservoir sampling (ER, MER; GCL's graph memory
-builds on it), held in tf.Variables and updated inside the compiled train step."""
+"""A fixed-capacity episodic memory filled by reservoir sampling (ER, MER, DER++, ER-ACE; GCL's
+graph memory builds on it), held in tf.Variables and updated inside the compiled train step, and
+:func:`replay_batch`, a replay batch drawn from it on one device or many."""
 from __future__ import annotations
+
+import keyword
 
 import tensorflow as tf
 
+from gcl_tf.distribute import num_replicas, replica_rows
 from gcl_tf.memory.state import (
     sample_without_replacement,
     scatter_update,
@@ -11,7 +15,8 @@ from gcl_tf.memory.state import (
     step_seed,
 )
 
-# Salts for the stateless random streams of different purposes.
+# Salts for the stateless random streams of different purposes (a method drawing a second,
+# independent replay batch in the same step takes a salt of its own).
 SALT_RESERVOIR = 101
 SALT_REPLAY = 102
 
@@ -41,20 +46,40 @@ def reservoir_slots(num_seen, batch_size: int, capacity: int, seed) -> tf.Tensor
 
 
 class ReservoirMemory(tf.Module):
-    """Fixed-capacity episodic memory of images and labels filled by reservoir sampling."""
+    """Fixed-capacity episodic memory of images and labels filled by reservoir sampling.
 
-    def __init__(self, capacity: int, image_shape, seed: int = 0, name: str = "memory"):
+    ``extra``: more fields kept for each sample, ``{name: (shape, dtype)}`` (DER++ keeps its
+    logits: ``{"logits": ([K], tf.float32)}``); each is a ``[capacity, *shape]`` variable named
+    after the field (``memory.logits``), given to :meth:`add` as a keyword and returned by
+    :meth:`sample` under its name. The variables of images, labels and counters keep their names
+    whatever the extra fields, so checkpoints of a memory without them restore.
+    """
+
+    def __init__(self, capacity: int, image_shape, seed: int = 0, extra=None, name: str = "memory"):
         super().__init__(name=name)
         if capacity < 1:
             raise ValueError("memory capacity must be at least 1")
         self.capacity = int(capacity)
         self.image_shape = tuple(int(d) for d in image_shape)
         self.seed = int(seed)
+        extra = dict(extra or {})
+        for field in extra:
+            taken = field in ("images", "labels", "slots", "ok", "num_seen", "num_filled") or hasattr(self, field)
+            if not field.isidentifier() or keyword.iskeyword(field) or taken:
+                raise ValueError(f"memory field {field!r}: allowed: an identifier that is not a name of the memory's")
+        self.extra_fields = tuple(extra)
         with self.name_scope:
             self.images = state_variable(tf.zeros((self.capacity,) + self.image_shape), "images")
             self.labels = state_variable(tf.zeros([self.capacity], tf.int32), "labels")
             self.num_seen = state_variable(tf.constant(0, tf.int64), "num_seen")
             self.num_filled = state_variable(tf.constant(0, tf.int32), "num_filled")
+            for field, (shape, dtype) in extra.items():
+                shape = [self.capacity] + [int(d) for d in shape]
+                setattr(self, field, state_variable(tf.zeros(shape, tf.as_dtype(dtype)), field))
+
+    def fields(self) -> dict:
+        """``{name: variable}`` of every per-sample field: images, labels and the extra ones."""
+        return {"images": self.images, "labels": self.labels, **{f: getattr(self, f) for f in self.extra_fields}}
 
     def filled(self) -> tf.Tensor:
         """[M] bool: slots holding a sample."""
@@ -64,24 +89,56 @@ class ReservoirMemory(tf.Module):
         seed = step_seed(self.seed, self.num_seen, SALT_RESERVOIR)
         return reservoir_slots(self.num_seen, batch_size, self.capacity, seed)
 
-    def write(self, slots, images, labels) -> None:
-        """Store ``images[i], labels[i]`` in ``slots[i]`` where ``slots[i] >= 0``; advance the stream."""
+    def write(self, slots, images, labels, **extra) -> None:
+        """Store sample ``i`` (its image, label and extra fields) in ``slots[i]`` where
+        ``slots[i] >= 0``; advance the stream."""
+        if set(extra) != set(self.extra_fields):
+            raise ValueError(f"memory fields: expected {sorted(self.extra_fields)}, got {sorted(extra)}")
         keep = slots >= 0
         index = tf.boolean_mask(slots, keep)[:, None]  # [k, 1]
-        scatter_update(self.images, index, tf.boolean_mask(images, keep))
-        scatter_update(self.labels, index, tf.boolean_mask(tf.cast(labels, tf.int32), keep))
+        values = {"images": images, "labels": tf.cast(labels, tf.int32), **extra}
+        for field, variable in self.fields().items():
+            value = tf.cast(values[field], variable.dtype)
+            scatter_update(variable, index, tf.boolean_mask(value, keep))
         batch = tf.cast(tf.shape(slots)[0], tf.int64)
         self.num_seen.assign_add(batch)
         self.num_filled.assign(tf.cast(tf.minimum(self.num_seen, self.capacity), tf.int32))
 
-    def add(self, images, labels) -> tf.Tensor:
-        """Reservoir-insert a batch; returns the slots used ([B] int32, -1 = not stored)."""
+    def add(self, images, labels, **extra) -> tf.Tensor:
+        """Reservoir-insert a batch (``extra``: a value ``[B, *shape]`` for each extra field);
+        returns the slots used ([B] int32, -1 = not stored)."""
         slots = self.reservoir_slots(images.shape[0])
-        self.write(slots, images, labels)
+        self.write(slots, images, labels, **extra)
         return slots
 
-    def sample(self, k: int, counter) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """``k`` distinct stored samples: ``(images [k, ...], labels [k], ok [k])``."""
-        seed = step_seed(self.seed, counter, SALT_REPLAY)
+    def sample(self, k: int, counter, salt: int = SALT_REPLAY) -> dict:
+        """``k`` distinct stored samples, drawn from the run's seed, ``counter`` and ``salt``:
+        ``{"slots": [k] int32, "ok": [k] bool, "images": [k, ...], "labels": [k], <extra>: [k,
+        ...]}``; ``ok`` is False for draws beyond the filled slots (their values are to be
+        ignored)."""
+        seed = step_seed(self.seed, counter, salt)
         index, ok = sample_without_replacement(self.filled(), k, seed)
-        return tf.gather(self.images, index), tf.gather(self.labels, index), ok
+        drawn = {"slots": index, "ok": ok}
+        for field, variable in self.fields().items():
+            drawn[field] = tf.gather(variable, index)
+        return drawn
+
+
+def replay_batch(memory: ReservoirMemory, size: int, counter, salt: int = SALT_REPLAY) -> dict:
+    """This replica's part of a replay batch of ``size`` samples (over all replicas), as
+    :meth:`ReservoirMemory.sample` returns it.
+
+    Every replica holds the same memory and draws the same ``size`` slots (the same seed,
+    ``counter`` and ``salt``); on ``R`` replicas replica ``r`` keeps the ``r``-th consecutive
+    slice of ``size / R`` of them, as the global batch is cut (gcl_tf/distribute.py), so the
+    replicas together replay what one device replays. ``size`` must split evenly over the
+    replicas (a method checks it in ``check_replicas``). No collective: nothing to order.
+    """
+    drawn = memory.sample(size, counter, salt)
+    replicas = num_replicas()
+    if replicas == 1:
+        return drawn
+    if size % replicas:
+        raise ValueError(f"a replay batch of {size} does not split evenly over {replicas} replicas")
+    rows = replica_rows(size, size // replicas)
+    return {field: tf.gather(value, rows) for field, value in drawn.items()}

@@ -1,9 +1,12 @@
-"""Continual-learning methods: one module each, registered by name.
+"""Continual-learning methods: one module each, registered by name in :data:`_MODULES`.
 
-Each module defines ``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig`
-with the method's keys, their ranges and the paper's defaults) and ``Method``, its
-:class:`gcl_tf.methods.base.ContinualModel` (also under its own name: ``GCL``, ``ER``, ...),
-whose constructor takes those keys as keywords. Modules are imported on first use.
+A method is its module plus one line here: ``"key": ("module", "ClassName")``. The module defines
+``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig` with the method's keys,
+their ranges and defaults) and the class, a :class:`gcl_tf.methods.base.ContinualModel` whose
+constructor takes those keys as keywords. Everything else is read from the class: the public
+name ``gcl_tf.<ClassName>``, the tuner's default space, distribution and precision support and
+the memory estimate (docs/api.md, "Adding a method"). Modules are imported on first use; this
+file imports nothing heavy (``import gcl_tf`` reads the registry without TensorFlow).
 """
 from __future__ import annotations
 
@@ -13,24 +16,46 @@ import importlib.util
 import inspect
 
 _MODULES = {
-    "finetune": "gcl_tf.methods.finetune",
-    "er": "gcl_tf.methods.er",
-    "gcl": "gcl_tf.methods.gcl",
-    "ewc": "gcl_tf.methods.ewc",
-    "gem": "gcl_tf.methods.gem",
-    "agem": "gcl_tf.methods.agem",
-    "mer": "gcl_tf.methods.mer",
-    "icarl": "gcl_tf.methods.icarl",
+    "finetune": ("gcl_tf.methods.finetune", "Finetune"),
+    "er": ("gcl_tf.methods.er", "ER"),
+    "gcl": ("gcl_tf.methods.gcl", "GCL"),
+    "ewc": ("gcl_tf.methods.ewc", "EWC"),
+    "gem": ("gcl_tf.methods.gem", "GEM"),
+    "agem": ("gcl_tf.methods.agem", "AGEM"),
+    "mer": ("gcl_tf.methods.mer", "MER"),
+    "icarl": ("gcl_tf.methods.icarl", "ICaRL"),
+    "derpp": ("gcl_tf.methods.derpp", "DERPP"),
+    "er_ace": ("gcl_tf.methods.er_ace", "ERACE"),
 }
 
 
 def names() -> list[str]:
     """Names of the methods whose module is present."""
-    return [name for name, module in _MODULES.items() if importlib.util.find_spec(module) is not None]
+    return [name for name, (module, _) in _MODULES.items() if importlib.util.find_spec(module) is not None]
+
+
+def exports() -> dict:
+    """``{public class name: (module, class name)}``: the ``gcl_tf.<Name>`` of every method."""
+    return {cls: (module, cls) for module, cls in _MODULES.values()}
+
+
+def registered_as(cls) -> str | None:
+    """The registry key of ``cls`` itself (defined in its registry module or a module of that
+    package), else None."""
+    for name, (module, class_name) in _MODULES.items():
+        if cls.__name__ == class_name and (cls.__module__ == module or cls.__module__.startswith(module + ".")):
+            return name
+    return None
+
+
+def registry_name(cls) -> str | None:
+    """The registry key of a method class, or of the nearest registered class it derives from;
+    None for a class outside the registry."""
+    return next((key for key in map(registered_as, cls.__mro__) if key is not None), None)
 
 
 def module(name: str):
-    return importlib.import_module(_MODULES[name])
+    return importlib.import_module(_MODULES[name][0])
 
 
 def config_class(name: str):
@@ -38,7 +63,24 @@ def config_class(name: str):
 
 
 def method_class(name: str):
-    return module(name).Method
+    return getattr(module(name), _MODULES[name][1])
+
+
+def distributed_names() -> list[str]:
+    """Names of the methods that run under a tf.distribute strategy (``supports_distribution``)."""
+    return [name for name in names() if method_class(name).supports_distribution]
+
+
+def accepted_keywords(cls) -> set:
+    """The keywords ``cls``'s constructor takes: its own and, when it passes ``**common`` on,
+    those of :class:`gcl_tf.methods.base.ContinualModel`."""
+    from gcl_tf.methods.base import ContinualModel
+
+    parameters = inspect.signature(cls.__init__).parameters
+    accepted = set(parameters)
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        accepted |= set(inspect.signature(ContinualModel.__init__).parameters)
+    return accepted
 
 
 def run_arguments(config, input_shape, num_classes: int) -> dict:
@@ -58,7 +100,7 @@ def run_arguments(config, input_shape, num_classes: int) -> dict:
         "classes_per_task": b.classes_per_task if b.name == "split" else None,
         "multi_head": b.multi_head,
     }
-    accepted = inspect.signature(method_class(config.method.name).__init__).parameters
+    accepted = accepted_keywords(method_class(config.method.name))
     return {key: value for key, value in run.items() if key in accepted}
 
 
@@ -71,8 +113,8 @@ def build(config, input_shape, num_classes: int):
     from gcl_tf.backbones import build_backbone
 
     policy = config.train.mixed_precision
-    precision.check(config.method.name, policy)
     cls = method_class(config.method.name)
+    precision.check(config.method.name, policy, loss_scaling=cls.supports_loss_scaling)
     keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
     with precision.policy_scope(policy):
         return cls(**keys, backbone=build_backbone(config.model, input_shape),

@@ -12,17 +12,29 @@ and, when it needs task boundaries (``task_free = False``), ``on_task_begin`` / 
 span in which the model's state does not change, so that a method may compute what depends only
 on that state once for all test batches (``on_evaluation_begin`` / ``on_evaluation_end``).
 
-Constructors take the method's own keywords (the paper's defaults) and these common ones:
+Constructors take the method's own keywords (the fields of its module's ``Config``, with the same
+defaults; checked here, from the constructor's signature, before the subclass's ``__init__`` goes
+on) and these common ones, listed or passed on as ``**common``:
 ``backbone`` (a ``keras.Model`` from images ``[N, H, W, C]`` to features ``[N, D]``; None: a
 two-layer MLP of 256 units), ``num_classes``, ``input_shape`` (an image's shape; None: the
 backbone's declared input), ``seed`` (the method's randomness: memory sampling, graph noise),
 ``batch_size`` (the training batch; None: the first batch's size; ``fit`` cuts a stream into
 batches of it, a last partial batch dropped, so that the compiled step keeps one shape),
-``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size).
+``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size),
+``name`` (None: the method's registry key).
+
+What the library reads from a method class (docs/api.md, "Adding a method"), with defaults for a
+method that declares nothing: ``task_free``, ``supports_distribution``, ``supports_loss_scaling``
+(mixed_float16), ``tune_grid`` (the tuner's default space), ``memory_slots`` and
+``memory_fields`` (the episodic memory, for the memory estimate). A class that breaks a rule of
+this contract is refused when it is defined (:func:`check_declaration`).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
+import sys
 from typing import Optional
 
 import keras
@@ -33,6 +45,7 @@ from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
+from gcl_tf.schema import MethodConfig
 
 NEG_INF = -1e9
 
@@ -71,6 +84,45 @@ def cross_entropy(labels, logits):
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=float32(logits))
 
 
+def settings_class(cls):
+    """A method class's ``Config``: for the nearest class in its ancestry (itself first) that is
+    registered, its registry module's (what the CLI builds), or that defines one in its own
+    module, that ``Config`` (a subclass without one keeps its parent's); None when none has."""
+    from gcl_tf.methods import _MODULES, registered_as
+
+    for klass in cls.__mro__:
+        key = registered_as(klass)
+        module = sys.modules.get(_MODULES[key][0] if key is not None else klass.__module__)
+        config = getattr(module, "Config", None)
+        if isinstance(config, type) and issubclass(config, MethodConfig) and dataclasses.is_dataclass(config):
+            return config
+    return None
+
+
+def check_declaration(cls) -> None:
+    """The rules a method class follows, checked when it is defined (a TypeError names the
+    rule): each key of its ``Config`` but ``name`` is a keyword of its constructor with the same
+    default (the CLI and the API build the same method); a ``name`` keyword, if declared,
+    defaults to None or the registry key."""
+    from gcl_tf.methods import registry_name
+
+    parameters = inspect.signature(cls.__init__).parameters
+    key = registry_name(cls)
+    declared = parameters.get("name")
+    if declared is not None and key is not None and declared.default not in (None, key):
+        raise TypeError(f"{cls.__name__}: the keyword name defaults to {declared.default!r}; allowed: None or "
+                        f"the registry key {key!r}")
+    config = settings_class(cls)
+    for f in dataclasses.fields(config) if config is not None else ():
+        if f.name == "name":
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        parameter = parameters.get(f.name)
+        if parameter is None or parameter.default != default:
+            raise TypeError(f"{cls.__name__}: its constructor must take the keyword {f.name}={default!r}, the key "
+                            f"and default of {config.__module__}.Config")
+
+
 def _for_keras_reduction(logs: dict) -> dict:
     """Under MultiWorkerMirroredStrategy Keras averages step outputs across workers *along axis 0*,
     which fails on scalars: give each log a leading axis of 1 there (the average is a scalar)."""
@@ -85,14 +137,30 @@ class ContinualModel(LearnerSaving, keras.Model):
 
     #: False for methods that need task boundaries (the driver provides them).
     task_free = True
-    #: True for methods whose step runs under a tf.distribute strategy (train.distribute).
+    #: True for methods whose step runs under a tf.distribute strategy (train.distribute): its
+    #: step must compute on R replicas what it computes on one (docs/api.md, "Adding a method").
     supports_distribution = False
+    #: False for methods whose gradients do not go through :meth:`apply_gradients` (they apply
+    #: their own or move the weights themselves): no loss scaling, refused under mixed_float16.
+    supports_loss_scaling = True
+    #: The tuner's default space (``python -m gcl_tf.tune`` without ``tune.space``): dotted config
+    #: keys and their values, on top of the optimizer and learning-rate grid (gcl_tf/tune/space.py);
+    #: a key here replaces the common one.
+    tune_grid: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        check_declaration(cls)
 
     def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
                  batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, name: Optional[str] = None):
+        from gcl_tf.methods import registry_name
+
         # The method itself computes in float32 whatever train.mixed_precision gives its layers
         # (gcl_tf/precision.py): no autocast of its own weights, float32 around the layers.
-        super().__init__(name=name or type(self).__name__.lower(), dtype="float32")
+        name = name or registry_name(type(self)) or type(self).__name__.lower()
+        super().__init__(name=name, dtype="float32")
+        self.settings = self.check_settings()
         self.image_shape = infer_input_shape(input_shape, backbone, self.name)
         self.num_classes = int(num_classes)
         self.seed = int(seed)
@@ -112,16 +180,37 @@ class ContinualModel(LearnerSaving, keras.Model):
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 
-    def check_settings(self, config_class, **values):
-        """The method's own keywords checked against its ``Config`` dataclass (types, ranges,
-        cross-key rules): a ConfigError names the keyword and what is allowed."""
+    def check_settings(self):
+        """The method's own keywords (the keys of its ``Config``, as the constructor was called)
+        checked against ``Config`` (types, ranges, the rules between keys): a ConfigError names
+        the keyword and what is allowed. Returns the ``Config`` instance (None without one)."""
         from gcl_tf.schema import build_dataclass
 
+        config_class = settings_class(type(self))
+        if config_class is None:
+            return None
+        own = [f.name for f in dataclasses.fields(config_class) if f.name != "name"]
+        values = {key: self.constructor_arguments[key] for key in own if key in self.constructor_arguments}
         settings = build_dataclass(config_class, values, type(self).__name__)
         check = getattr(settings, "check_settings", None)
         if check is not None:
             check(type(self).__name__)
         return settings
+
+    # ------------------------------------------------------------------ the episodic memory
+    @classmethod
+    def memory_slots(cls, config) -> int:
+        """Samples the method's episodic memory holds under a run's config (0: no memory);
+        default: ``method.memory_size``. Sizes the memory estimate (gcl_tf/resources.py)."""
+        return int(getattr(config.method, "memory_size", 0) or 0)
+
+    @classmethod
+    def memory_fields(cls, num_classes: int) -> dict:
+        """What the memory keeps of each sample besides its image and label: ``{name: (shape,
+        dtype)}`` (DER++: its logits, ``{"logits": ((num_classes,), "float32")}``). A method
+        builds its memory with it (``ReservoirMemory(..., extra=self.memory_fields(K))``) and the
+        memory estimate counts it. Default: nothing."""
+        return {}
 
     def default_backbone(self, backbone):
         """``backbone``, or the default MLP (two ReLU layers of 256 units) on the input shape."""

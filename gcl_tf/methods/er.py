@@ -1,6 +1,8 @@
 """ER: experience replay with a reservoir memory (Chaudhry et al. 2019, "On Tiny Episodic Memories
 in Continual Learning"). Each step trains on the incoming batch plus a batch drawn from the
-memory, then reservoir-inserts the incoming batch. Task-free."""
+memory, then reservoir-inserts the incoming batch. Task-free.
+
+The worked example of docs/api.md, "Adding a method"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,8 +11,9 @@ from typing import Optional
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.distribute import all_sum, gather_in_order, num_replicas, replica_id
-from gcl_tf.memory import ReservoirMemory
+from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
+from gcl_tf.errors import ConfigError
+from gcl_tf.memory import ReservoirMemory, replay_batch
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 from gcl_tf.schema import MemoryMethodConfig, _range
 
@@ -29,13 +32,11 @@ class ER(ContinualModel):
 
     supports_distribution = True
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, input_shape=None,
-                 seed=0, batch_size=None, eval_batch_size=None, name="er"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size)
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
+        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed,
+                                      extra=self.memory_fields(self.num_classes))
         self.memory_size = int(memory_size)
         self._replay_batch_size = replay_batch_size
 
@@ -47,8 +48,6 @@ class ER(ContinualModel):
     def check_replicas(cls, config, replicas):
         replay = min(config.method.replay_batch_size or config.train.batch_size, config.method.memory_size)
         if replay % replicas:
-            from gcl_tf.errors import ConfigError
-
             raise ConfigError(f"method.replay_batch_size: {replay} does not split evenly over {replicas} replicas; "
                               f"allowed: a multiple of {replicas}")
 
@@ -57,18 +56,12 @@ class ER(ContinualModel):
 
     def learn(self, x, y):
         batch = x.shape[0]
-        replicas = num_replicas()
-        replay = self.replay_size(batch * replicas)
         # Collectives must run in the same order on every replica: chain them by dependencies.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
-        mem_x, mem_y, ok = self.memory.sample(replay, self.step_counter)
-        if replicas > 1:  # each replica replays its slice of the global replay batch
-            share = replay // replicas
-            rows = replica_id() * share + tf.range(share)
-            mem_x, mem_y, ok = tf.gather(mem_x, rows), tf.gather(mem_y, rows), tf.gather(ok, rows)
-        inputs = tf.concat([x, mem_x], axis=0)
-        labels = tf.concat([y, mem_y], axis=0)
-        weights = tf.concat([tf.ones([batch]), tf.cast(ok, tf.float32)], axis=0)
+        replay = replay_batch(self.memory, self.replay_size(batch * num_replicas()), self.step_counter)
+        inputs = tf.concat([x, replay["images"]], axis=0)
+        labels = tf.concat([y, replay["labels"]], axis=0)
+        weights = tf.concat([tf.ones([batch]), tf.cast(replay["ok"], tf.float32)], axis=0)
         with tf.control_dependencies([stream_x, stream_y]):
             total_weight = all_sum(tf.reduce_sum(weights))  # of the global batch
         with tf.GradientTape() as tape:

@@ -147,13 +147,11 @@ class EWC(ContinualModel):
     task's classes. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     task_free = False
+    tune_grid = {"method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]}  # the paper's "regularization" grid
 
     def __init__(self, backbone=None, *, num_classes, num_tasks, ewc_lambda=10.0, fisher_samples=50,
-                 fisher="squared_mean", multi_head=False, input_shape=None, seed=0, batch_size=None,
-                 eval_batch_size=None, name="ewc"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(Config, ewc_lambda=ewc_lambda, fisher_samples=fisher_samples, fisher=fisher)
+                 fisher="squared_mean", multi_head=False, **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.ewc_lambda = float(ewc_lambda)
         self.fisher_samples = int(fisher_samples)

@@ -21,10 +21,8 @@ class Finetune(ContinualModel):
 
     supports_distribution = True
 
-    def __init__(self, backbone=None, *, num_classes, input_shape=None, seed=0, batch_size=None,
-                 eval_batch_size=None, name="finetune"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+    def __init__(self, backbone=None, *, num_classes, **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
 
     def call(self, x, training=False):

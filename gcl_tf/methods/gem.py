@@ -162,13 +162,17 @@ class GEM(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     task_free = False
+    supports_loss_scaling = False  # it projects its gradients itself
+    tune_grid = {"method.margin": [0.0, 0.1, 0.5, 1.0]}  # the paper's memory strength grid
+
+    @classmethod
+    def memory_slots(cls, config):  # memory_size // T slots for each of T tasks
+        tasks = config.benchmark.num_tasks
+        return per_task_memory(config.method.memory_size, tasks, "gem") * tasks
 
     def __init__(self, backbone=None, *, num_classes, num_tasks, memory_size=1000, margin=0.5, multi_head=False,
-                 input_shape=None, seed=0, batch_size=None,
-                 eval_batch_size=None, name="gem"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(Config, memory_size=memory_size, margin=margin)
+                 **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         T = int(num_tasks)
         self.num_tasks = T
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)

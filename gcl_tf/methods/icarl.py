@@ -142,10 +142,8 @@ class ICaRL(ContinualModel):
     task_free = False
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, num_tasks=None,
-                 classes_per_task=None, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="icarl"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size)
+                 classes_per_task=None, **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         if num_tasks is not None:
             check_exemplar_sets(memory_size, num_tasks * (classes_per_task or self.num_classes))
         backbone = self.default_backbone(backbone)

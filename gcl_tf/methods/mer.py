@@ -76,13 +76,13 @@ class MER(ContinualModel):
     the common keywords."""
 
     task_free = True
+    supports_loss_scaling = False  # it moves the weights itself
+    tune_grid = {"train.optimizer": ["sgd"],  # plain SGD steps only
+                 "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}  # the within-batch meta-learning rate
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=10, batches_per_example=10,
-                 beta=0.01, gamma=1.0, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="mer"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(Config, memory_size=memory_size, replay_batch_size=replay_batch_size,
-                            batches_per_example=batches_per_example, beta=beta, gamma=gamma)
+                 beta=0.01, gamma=1.0, **common):
+        super().__init__(backbone, num_classes=num_classes, **common)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
         self.replay_batch_size = min(int(replay_batch_size), int(memory_size))
@@ -121,7 +121,8 @@ class MER(ContinualModel):
         before = trainable
 
         def batch_body(j, trainable, non_trainable, loss_sum):
-            mem_x, mem_y, ok = self.memory.sample(k, counter * self.batches_per_example + tf.cast(j, tf.int64))
+            drawn = self.memory.sample(k, counter * self.batches_per_example + tf.cast(j, tf.int64))
+            mem_x, mem_y, ok = drawn["images"], drawn["labels"], drawn["ok"]
             bx = tf.concat([x, mem_x], axis=0)
             by = tf.concat([y, mem_y], axis=0)
             bw = tf.concat([tf.ones([1]), tf.cast(ok, tf.float32)], axis=0)

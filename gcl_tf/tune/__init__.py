@@ -3,8 +3,8 @@
 One trial is one whole continual run (:func:`gcl_tf.train.run`) of the config with the trial's
 values applied as ``--set`` overrides, scored by its ACC on validation splits carved from each
 task's training data (``eval.split: validation``); the test split is never read. The space is
-the config's ``tune.space``, or the GCL paper's appendix grid for the chosen method
-(:data:`PAPER_GRIDS`).
+the config's ``tune.space``, or the chosen method's default grid (:func:`default_grid`: the GCL
+paper's appendix grid, the optimizer and learning rate plus the keys the method's class declares).
 
 KerasTuner does the searching: its oracles pick the trials, an interrupted search resumes from
 ``DIR`` (finished trials are not run again) and a chief with workers share one search when
@@ -14,7 +14,7 @@ run (``trial_*/results.json``, ``config.yaml``, ``tensorboard/`` with the HParam
 ``search.json`` (what is searched), ``best.json`` and ``best_config.yaml`` (ready for
 ``python -m gcl_tf.train``, evaluating on the test split).
 
-The package: :mod:`.space` (the paper's grids, the check of a space), :mod:`.search` (a search's
+The package: :mod:`.space` (the default grids, the check of a space), :mod:`.search` (a search's
 plan and its trials' records), :mod:`.tuners` (the KerasTuner subclasses, imported when a search
 starts) and this module (running a search, its report, the command line).
 """
@@ -46,7 +46,7 @@ from gcl_tf.tune.search import (  # noqa: F401  (the plan of a search)
     _log_hparams_config,
     format_values,
 )
-from gcl_tf.tune.space import PAPER_GRIDS, paper_grid, search_space, tunable_keys  # noqa: F401
+from gcl_tf.tune.space import COMMON_GRID, default_grid, search_space, tunable_keys  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- roles and folders
@@ -146,7 +146,7 @@ def _search(search: Search, folder: str, who: str) -> dict:
 
 
 def _announce(search: Search, who: str, fresh: bool) -> None:
-    space = "the paper's grid for " + search.method if search.paper_grid else "tune.space"
+    space = "the default grid of " + search.method if search.default_space else "tune.space"
     size = f"{search.grid_size} combinations" if all(isinstance(v, list) for v in search.space.values()) else "ranges"
     head = {"single": "Search", "chief": "Chief of a distributed search",
             "worker": "Worker of a distributed search"}[who]

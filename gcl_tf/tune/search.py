@@ -11,7 +11,7 @@ from gcl_tf import config as config_lib
 from gcl_tf import train as train_lib
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
-from gcl_tf.tune.space import paper_grid, search_space
+from gcl_tf.tune.space import default_grid, search_space
 
 OBJECTIVE = "val_acc"  # the trial's ACC (percent) on the validation splits; maximised
 SEARCH_FILE = "search.json"
@@ -52,11 +52,11 @@ class Search:
         self.tuner = base.tune.tuner
         self.method = base.method.name
         if base.tune.space is None:
-            space, where = paper_grid(self.method), f"default grid of {self.method}"
+            space, where = default_grid(self.method), f"default grid of {self.method}"
         else:
             space, where = base.tune.space, "tune.space"
         self.space = search_space(base, space, self.tuner, where=where)
-        self.paper_grid = base.tune.space is None
+        self.default_space = base.tune.space is None
         self.grid_size = math.prod(len(v) for v in self.space.values() if isinstance(v, list))
         if base.tune.max_trials is not None:
             self.max_trials = base.tune.max_trials

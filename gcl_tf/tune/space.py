@@ -1,4 +1,4 @@
-"""What a search may search: the GCL paper's grids (:data:`PAPER_GRIDS`) and the check of a
+"""What a search may search: a method's default grid (:func:`default_grid`) and the check of a
 search space against a config's keys (the chosen method's included)."""
 from __future__ import annotations
 
@@ -10,33 +10,20 @@ import typing
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import _check_range, _coerce, _describe, _type_name
 
-_OPTIMIZERS = ["adam", "sgd"]
-_LEARNING_RATES = [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0]
-
-# The GCL paper's appendix "Hyper-parameters" grids (after GEM's), keyed by config keys.
-# A-GEM and iCaRL have no grid in the appendix: they get the optimizer and learning-rate grid.
-PAPER_GRIDS = {
-    "finetune": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
-    "er": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
-    "ewc": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES,
-            "method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]},  # "regularization"
-    "gem": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES,
-            "method.margin": [0.0, 0.1, 0.5, 1.0]},
-    "agem": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
-    "mer": {"train.optimizer": ["sgd"], "train.learning_rate": _LEARNING_RATES,
-            "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]},  # within-batch meta-learning rate
-    "icarl": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES},
-    "gcl": {"train.optimizer": _OPTIMIZERS, "train.learning_rate": _LEARNING_RATES,
-            "method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
-            "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
-            "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]},
-}
+# The GCL paper's appendix "Hyper-parameters" grids (after GEM's): optimizer and learning rate for
+# every method, plus a method's own keys, which its class declares (``tune_grid``: EWC's
+# regularization, GEM's margin, MER's beta, GCL's graph weight and temperatures).
+COMMON_GRID = {"train.optimizer": ["adam", "sgd"], "train.learning_rate": [0.0002, 0.001, 0.01, 0.1, 0.3, 1.0]}
 
 
-def paper_grid(method: str) -> dict:
-    if method not in PAPER_GRIDS:
+def default_grid(method: str) -> dict:
+    """The space a search of ``method`` covers without ``tune.space``: :data:`COMMON_GRID` with
+    the method class's ``tune_grid`` on top (a key there replaces the common one)."""
+    from gcl_tf import methods
+
+    if method not in methods.names():
         raise ConfigError(f"tune.space: no default grid for method {method}; give tune.space in the config")
-    return copy.deepcopy(PAPER_GRIDS[method])
+    return copy.deepcopy({**COMMON_GRID, **methods.method_class(method).tune_grid})
 
 
 # ----------------------------------------------------------------------------- the check of a space

@@ -26,7 +26,6 @@ from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, n
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy
 from gcl_tf.methods.gcl.caches import ContextCache
-from gcl_tf.methods.gcl.config import Config
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
     context_graph_regularizer,
@@ -62,22 +61,17 @@ class GCL(Prediction, ContinualModel):
     """
 
     supports_distribution = True
+    tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
+                 "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
+                 "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]}
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
                  graph_lambda=50.0, regularize_below=1.0, kernel_width=1.0, context_temperature=1.0,
-                 target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=(),
+                 target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
                  stochastic_graphs=True, edge_memory="matrix", context_batch=None, regularize_self_pairs=True,
                  fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.check_settings(
-            Config, memory_size=memory_size, context_lambda=context_lambda, graph_lambda=graph_lambda,
-            regularize_below=regularize_below, kernel_width=kernel_width,
-            context_temperature=context_temperature, target_temperature=target_temperature,
-            test_temperature=test_temperature, test_graph_samples=test_graph_samples,
-            also_test_graph_samples=list(also_test_graph_samples),
-            stochastic_graphs=stochastic_graphs, edge_memory=edge_memory, context_batch=context_batch,
-            regularize_self_pairs=regularize_self_pairs, fuse_regularizer=fuse_regularizer)
         self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
         self.regularize_below = None if regularize_below is None else float(regularize_below)
         self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)

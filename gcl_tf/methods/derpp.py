@@ -1,0 +1,93 @@
+"""DER++: dark experience replay (Buzzega et al., NeurIPS 2020, "Dark Experience for General
+Continual Learning: a Strong, Simple Baseline"), as the authors' code (mammoth, ``models/derpp.py``).
+
+The reservoir memory keeps, with each sample, the logits the network gave it when it came in
+(before that step's update). A step minimises
+
+    CE(incoming batch) + alpha * MSE(logits on replay batch 1, their stored logits)
+                       + beta * CE(replay batch 2, their labels),
+
+the two replay batches drawn independently (``replay_batch_size`` samples each, the training
+batch size by default), each loss a mean over its batch (the MSE over samples and classes); the
+replay terms are zero while the memory is empty. Each batch goes through the network on its own,
+as in the authors' code (BatchNorm statistics per batch). Task-free; runs distributed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
+from gcl_tf.memory import replay_batch
+from gcl_tf.methods import er
+from gcl_tf.methods.base import cross_entropy
+from gcl_tf.precision import float32
+from gcl_tf.schema import _range
+
+SALT_SECOND_REPLAY = 103  # the second replay batch's random stream (the first: memory.SALT_REPLAY)
+
+
+@dataclass
+class Config(er.Config):  # memory_size, replay_batch_size (ER's)
+    name: str = "derpp"
+    # Weight of the logit-matching term (the paper's Seq-CIFAR-10 value for a 200-sample buffer).
+    alpha: float = field(default=0.1, metadata=_range(0.0))
+    # Weight of the replayed labels' cross-entropy (the same setting's).
+    beta: float = field(default=0.5, metadata=_range(0.0))
+
+
+def logit_mse(logits, stored):
+    """Per-sample mean over classes of ``(logits - stored)^2``   [N] (float32)."""
+    return tf.reduce_mean(tf.square(float32(logits) - stored), axis=-1)
+
+
+def weighted_mean(values, weights, total):
+    """``sum(weights * values) / max(total, 1)``: this replica's share of a mean over ``total``
+    weights of all replicas (0 when there is none)."""
+    return tf.reduce_sum(weights * values) / tf.maximum(total, 1.0)
+
+
+class DERPP(er.ER):
+    """DER++. ``memory_size``, ``replay_batch_size``: as ER's (each of the two replay batches);
+    ``alpha``, ``beta``: the weights of the logit and label replay terms. See
+    :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
+    # around the values the paper selects (its appendix: alpha 0.1 to 1, beta 0.5 or 1)
+    tune_grid = {"method.alpha": [0.1, 0.2, 0.5, 1.0], "method.beta": [0.5, 1.0]}
+
+    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, alpha=0.1, beta=0.5,
+                 **common):
+        super().__init__(backbone, num_classes=num_classes, memory_size=memory_size,
+                         replay_batch_size=replay_batch_size, **common)
+        self.alpha, self.beta = float(alpha), float(beta)
+
+    @classmethod
+    def memory_fields(cls, num_classes):
+        return {"logits": ((num_classes,), "float32")}
+
+    def learn(self, x, y):
+        batch, replicas = x.shape[0], num_replicas()
+        size = self.replay_size(batch * replicas)
+        first = replay_batch(self.memory, size, self.step_counter)  # for the logits term
+        second = replay_batch(self.memory, size, self.step_counter, SALT_SECOND_REPLAY)  # for the labels term
+        ok1, ok2 = tf.cast(first["ok"], tf.float32), tf.cast(second["ok"], tf.float32)
+        # Collectives in the same order on every replica: the counts, the gathers, the gradients.
+        counts = all_sum(tf.stack([tf.reduce_sum(ok1), tf.reduce_sum(ok2)]))  # over all replicas
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            terms = {
+                "loss_stream": tf.reduce_sum(cross_entropy(y, logits)) / (batch * replicas),
+                "loss_logits": self.alpha * weighted_mean(
+                    logit_mse(self(first["images"], training=True), first["logits"]), ok1, counts[0]),
+                "loss_labels": self.beta * weighted_mean(
+                    cross_entropy(second["labels"], self(second["images"], training=True)), ok2, counts[1]),
+            }
+            replica_loss = tf.add_n(list(terms.values()))  # summed over replicas
+        with tf.control_dependencies([counts]):
+            stream_x, stream_y, stream_logits = gather_in_order(x, y, tf.stop_gradient(float32(logits)))
+        with tf.control_dependencies([stream_x, stream_y, stream_logits]):
+            self.apply_gradients(tape, replica_loss)
+        self.memory.add(stream_x, stream_y, logits=stream_logits)  # the logits before this step's update
+        # Keras averages the logs over replicas: R times this replica's share is the global value.
+        return {"loss": replica_loss * replicas, **{k: v * replicas for k, v in terms.items()}}
