@@ -28,9 +28,9 @@ RESULTS, ARTIFACTS = "results.json", "artifacts.npz"  # as written by gcl_tf.tra
 SUITE = "suite.json"
 
 # Row order of the paper's tables (methods it does not report come last, in this order).
-METHOD_ORDER = ("finetune", "ewc", "icarl", "gem", "agem", "er", "mer", "gcl")
+METHOD_ORDER = ("finetune", "ewc", "icarl", "gem", "agem", "er", "mer", "derpp", "er_ace", "gcl")
 METHOD_LABELS = {"finetune": "Finetune", "ewc": "EWC", "icarl": "iCaRL", "gem": "GEM", "agem": "A-GEM",
-                 "er": "ER", "mer": "MER", "gcl": "GCL"}
+                 "er": "ER", "mer": "MER", "derpp": "DER++", "er_ace": "ER-ACE", "gcl": "GCL"}
 BENCHMARK_LABELS = {
     "permuted_mnist": "Permuted MNIST",
     "rotated_mnist": "Rotated MNIST",
