@@ -119,18 +119,25 @@ def test_a_state_that_does_not_fit_is_an_error_naming_it():
         saving.load_state(model, store)
 
 
-@pytest.mark.slow  # a second process
-def test_a_saved_learner_loads_in_a_fresh_process_with_keras_load_model(tmp_path):
-    """In a new process, keras.models.load_model (the class imported) gives the same predictions
-    and, after one more task, the same learner as the process that saved it."""
-    import keras
-
+def saved_gcl_learner(tmp_path):
+    """A GCL learner after one task, saved to ``tmp_path/learner.keras``, and test images also
+    saved (``images.npy``) for a second process: (model, path, images)."""
     model = make("gcl")
     model.fit(stream(0), verbose=0)
     path = tmp_path / "learner.keras"
     model.save(str(path))
     images = digits(2, 40)[0]
     np.save(tmp_path / "images.npy", images)
+    return model, path, images
+
+
+@pytest.mark.slow  # a second process
+def test_a_saved_learner_loads_in_a_fresh_process_with_keras_load_model(tmp_path):
+    """In a new process, keras.models.load_model (the class imported) gives the same predictions
+    and, after one more task, the same learner as the process that saved it."""
+    import keras
+
+    model, path, images = saved_gcl_learner(tmp_path)
     script = f"""
 import numpy as np, keras, tensorflow as tf
 from gcl_tf import GCL  # registers the class with Keras
@@ -169,12 +176,7 @@ def test_keras_load_model_needs_only_import_gcl_tf(tmp_path, imports):
     saved one, and TensorFlow is not imported by ``import gcl_tf`` itself."""
     from helpers import TF_STARTUP_LOG, without_tf_log_level
 
-    model = make("gcl")
-    model.fit(stream(0), verbose=0)
-    path = tmp_path / "learner.keras"
-    model.save(str(path))
-    images = digits(2, 40)[0]
-    np.save(tmp_path / "images.npy", images)
+    model, path, images = saved_gcl_learner(tmp_path)
     script = f"""{imports}
 import sys
 import numpy as np
