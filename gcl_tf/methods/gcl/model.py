@@ -346,7 +346,8 @@ class GCL(Prediction, ContinualModel):
             logits, target_logits = all_logits[:, :k], all_logits[:, k:]
         if self.median_kernel_width:  # once, at the first step with contexts: the median heuristic
             k = slots.shape[0]
-            width = median_squared_distance(embeddings[:k], valid)
+            width = tf.cond(self.kernel_width_set, lambda: tf.constant(0.0),  # computed until it is set
+                            lambda: median_squared_distance(embeddings[:k], valid))
             now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
             self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
             self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
