@@ -20,8 +20,9 @@ import numpy as np
 
 @dataclass
 class Task:
-    """One task of a stream: ``train`` (its training batches, in stream order, all epochs) and
-    ``test`` (its test batches) as ``tf.data.Dataset`` of ``(images, labels)``."""
+    """One task of a stream: ``train`` (its training batches, in stream order, all epochs),
+    ``test`` (its test batches) and, with a ``validation_fraction``, ``validation`` (batches held
+    out of its training data), as ``tf.data.Dataset`` of ``(images, labels)``."""
 
     index: int
     classes: np.ndarray  # the labels of the task's samples
@@ -40,9 +41,21 @@ class Task:
 
     @property
     def test(self):
+        return self._eval_dataset("test")
+
+    @property
+    def validation(self):
+        """The task's validation batches: samples held out of its training data (the stream's
+        ``validation_fraction``); for tuning, so that the test split is never read."""
+        if self.data.validation is None:
+            raise ValueError(f"task {self.index} has no validation split: pass validation_fraction > 0 "
+                             "to the stream (e.g. gcl_tf.benchmarks.split(data, validation_fraction=0.1))")
+        return self._eval_dataset("validation")
+
+    def _eval_dataset(self, split_name):
         import tensorflow as tf
 
-        split = self.data.eval_data("test")
+        split = self.data.eval_data(split_name)
         return tf.data.Dataset.from_tensor_slices((split.images, split.labels.astype(np.int32))).batch(
             self.eval_batch_size)
 
@@ -86,30 +99,32 @@ def _stream(protocol: str, data, seed: int, batch_size: int, eval_batch_size: in
 
 def permuted(data, num_tasks: int = 20, samples_per_task: Optional[int] = 1000,
              test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
-             epochs: int = 1, seed: int = 0) -> Stream:
+             epochs: int = 1, seed: int = 0, validation_fraction: float = 0.0) -> Stream:
     """Permuted tasks: every task has all classes, its images' pixels shuffled by a fixed
     permutation of its own. ``samples_per_task`` (None: all) training samples per task,
     ``test_samples_per_task`` (None: all) test samples; ``batch_size`` the training batches,
-    ``epochs`` passes over each task, ``seed`` the permutations, samples and order."""
+    ``epochs`` passes over each task, ``seed`` the permutations, samples and order,
+    ``validation_fraction`` the share of each task's training samples held out as ``task.validation``."""
     return _stream("permuted", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
-                   samples_per_task=samples_per_task, test_samples_per_task=test_samples_per_task)
+                   samples_per_task=samples_per_task, test_samples_per_task=test_samples_per_task,
+                   validation_fraction=validation_fraction)
 
 
 def rotated(data, num_tasks: int = 20, max_rotation: float = 180.0, samples_per_task: Optional[int] = 1000,
             test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
-            epochs: int = 1, seed: int = 0) -> Stream:
+            epochs: int = 1, seed: int = 0, validation_fraction: float = 0.0) -> Stream:
     """Rotated tasks: every task has all classes, its images rotated by an angle drawn from
     [0, ``max_rotation``) degrees. Other keywords as :func:`permuted`."""
     return _stream("rotated", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
                    max_rotation=max_rotation, samples_per_task=samples_per_task,
-                   test_samples_per_task=test_samples_per_task)
+                   test_samples_per_task=test_samples_per_task, validation_fraction=validation_fraction)
 
 
 def split(data, num_tasks: int = 5, classes_per_task: int = 2, samples_per_task: Optional[int] = None,
           test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
-          epochs: int = 1, seed: int = 0) -> Stream:
+          epochs: int = 1, seed: int = 0, validation_fraction: float = 0.0) -> Stream:
     """Class-split tasks: task t has classes [t k, (t + 1) k), k = ``classes_per_task``
     (``task.classes``). Other keywords as :func:`permuted`."""
     return _stream("split", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
                    classes_per_task=classes_per_task, samples_per_task=samples_per_task,
-                   test_samples_per_task=test_samples_per_task)
+                   test_samples_per_task=test_samples_per_task, validation_fraction=validation_fraction)

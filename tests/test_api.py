@@ -212,6 +212,26 @@ def test_benchmarks_give_the_cli_streams(make_config):
         gcl_tf.benchmarks.split("digits", num_tasks=0)
 
 
+def test_benchmarks_hold_out_the_cli_validation_split(make_config):
+    """validation_fraction carves each task's validation batches out of its training samples, as
+    the CLI's benchmark.validation_fraction does; without it, task.validation says how to get one."""
+    from gcl_tf.data import ContinualBenchmark
+
+    stream = gcl_tf.benchmarks.permuted("digits", num_tasks=2, samples_per_task=None, validation_fraction=0.2,
+                                        seed=3)
+    config = make_config({"seed": 3, "benchmark": {"name": "permuted", "num_tasks": 2, "samples_per_task": None,
+                                                   "validation_fraction": 0.2}})
+    reference = ContinualBenchmark(config.benchmark, 3, load_test=False)
+    for task, ref in zip(stream, reference.tasks):
+        images = np.concatenate([x.numpy() for x, _ in task.validation])
+        np.testing.assert_array_equal(images, ref.validation.images)
+        train = sum(int(y.shape[0]) for _, y in task.train)
+        assert train == len(ref.train) // 10 * 10  # whole batches of 10
+        assert abs(len(images) / (len(ref.train) + len(images)) - 0.2) < 0.01
+    with pytest.raises(ValueError, match="validation_fraction > 0"):
+        gcl_tf.benchmarks.split("digits", num_tasks=1).tasks[0].validation
+
+
 def test_run_returns_the_results_it_writes(make_config, tmp_path):
     config = make_config({"benchmark": {"num_tasks": 2, "samples_per_task": 50}})
     results = gcl_tf.run(config, output_dir=str(tmp_path / "run"), method={"name": "er", "memory_size": 20},
