@@ -299,6 +299,30 @@ def test_a_finished_run_with_another_config_stops_the_suite(tmp_path, monkeypatc
     assert "another config" in line and "train.epochs" in line and "--output" in line
 
 
+@pytest.mark.slow  # trains the tiny suite (tiny_suite.build) unless a slow test did
+def test_a_key_added_since_a_run_finished_keeps_it_finished(tmp_path, monkeypatch):
+    """A finished run's results.json holds the keys of its day; a method key added since (here
+    GCL's kernel_start_edge, removed from every saved config) takes its default when the suite
+    compares, as --resume reads a run's config.yaml: the runs stay finished, nothing trains."""
+    import glob
+    import json
+
+    from gcl_tf.benchmark import paper
+
+    config_dir, output = copy_suite(tmp_path)
+    changed = 0
+    for path in glob.glob(os.path.join(output, "runs", "**", "results.json"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+        if results["config"]["method"].pop("kernel_start_edge", None) is not None:
+            changed += 1
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(results, f)
+    assert changed > 0
+    forbid_training(monkeypatch)
+    assert paper.main(suite_args(config_dir, output)) == 0
+
+
 @pytest.mark.parametrize("args, fragments", [
     (["--benchmarks", "nope"], ["--benchmarks", "nope", "allowed", "split_cifar10"]),
     (["--benchmarks", "split_cifar10", "--studies", "main,speed"], ["--studies", "speed", "main, ablation, memory"]),

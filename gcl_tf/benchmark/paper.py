@@ -207,6 +207,13 @@ def finished(run: Run, folder: str) -> bool:
         saved = read_json(path).get("config", {})
     except (OSError, ValueError):
         raise UserError(f"{path}: not a readable results file; remove it to recompute the run") from None
+    from gcl_tf import config as config_lib
+
+    try:  # read through today's keys, as --resume reads a run's config.yaml: a key added since the
+        # run was trained takes its default (a new key's default keeps the behaviour it ran with)
+        saved = config_lib.resolve(saved).to_dict()
+    except UserError:
+        pass  # an old key that no longer exists: compare as saved, and name it below
     difference = _first_difference(_comparable(saved), _comparable(run.config.to_dict()))
     if difference:
         key, old, new = difference

@@ -4,6 +4,8 @@ memory's update rule and the average of per-sample predictions. No state, no Ker
 """
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 import tensorflow_probability as tfp
 
@@ -22,10 +24,8 @@ def squared_distances(a, b):
 
 def median_squared_distance(u, valid):
     """The median of ``||u_i - u_j||^2`` over the pairs i != j of valid rows of ``u`` [k, H]
-    (``valid`` [k] bool): the kernel width at which a median pair's edge is exp(-1/2) = 0.61,
-    nearer pairs' above it, farther ones' below (the median heuristic). 0 with under two valid rows."""
-    import tensorflow_probability as tfp
-
+    (``valid`` [k] bool), 0 with under two valid rows: the median heuristic's scale, from which
+    :func:`median_kernel_width` sets the kernel's width."""
     d2 = squared_distances(u, u)  # [k, k]
     k = tf.shape(u)[0]
     pairs = tf.logical_and(tf.logical_and(valid[:, None], valid[None, :]), tf.logical_not(tf.eye(k, dtype=tf.bool)))
@@ -33,6 +33,12 @@ def median_squared_distance(u, valid):
     return tf.cond(tf.size(values) > 0,
                    lambda: tfp.stats.percentile(values, 50.0, interpolation="midpoint"),
                    lambda: tf.constant(0.0, d2.dtype))
+
+
+def median_kernel_width(median, edge):
+    """The kernel width at which a pair of contexts at the ``median`` squared distance has edge
+    probability ``edge``: exp(-0.5 median / w) = edge, w = median / (-2 log edge)."""
+    return median / (-2.0 * math.log(edge))
 
 
 def degenerate_edges(graph, low: float = 0.01, high: float = 0.99):

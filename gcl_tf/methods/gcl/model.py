@@ -35,6 +35,7 @@ from gcl_tf.methods.gcl.graph import (
     kernel_factors,
     logistic_noise,
     logit_of_exp,
+    median_kernel_width,
     median_squared_distance,
     normalize_rows,
     regularized_contexts,
@@ -66,7 +67,8 @@ class GCL(Prediction, ContinualModel):
                  "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]}
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
-                 graph_lambda=50.0, regularize_below=1.0, kernel_width=1.0, context_temperature=1.0,
+                 graph_lambda=50.0, regularize_below=1.0, kernel_width="median", kernel_start_edge=0.1,
+                 context_temperature=1.0,
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
                  stochastic_graphs=True, edge_memory="matrix", context_batch=None, regularize_self_pairs=True,
                  fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
@@ -96,9 +98,11 @@ class GCL(Prediction, ContinualModel):
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
-        # authors'; median: sqrt(H) until the first step with contexts sets the median heuristic).
-        self.median_kernel_width = kernel_width == "median"
-        width = math.sqrt(hidden) if kernel_width is None or self.median_kernel_width else float(kernel_width)
+        # authors'; median: sqrt(H) until the first step with contexts sets it from the median
+        # squared distance, :func:`median_kernel_width`).
+        self.width_from_median = kernel_width == "median"
+        self.kernel_start_edge = float(kernel_start_edge)
+        width = math.sqrt(hidden) if kernel_width is None or self.width_from_median else float(kernel_width)
         self.kernel_log_scale = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(width)),
             name="kernel_log_scale", trainable=True,
@@ -344,11 +348,12 @@ class GCL(Prediction, ContinualModel):
             scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
             all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
             logits, target_logits = all_logits[:, :k], all_logits[:, k:]
-        if self.median_kernel_width:  # once, at the first step with contexts: the median heuristic
+        if self.width_from_median:  # once, at the first step with contexts: the median heuristic
             k = slots.shape[0]
             width = tf.cond(self.kernel_width_set, lambda: tf.constant(0.0),  # computed until it is set
                             lambda: median_squared_distance(embeddings[:k], valid))
             now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
+            width = median_kernel_width(width, self.kernel_start_edge)
             self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
             self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
         # Best context losses: min with this step's, for the contexts attended to.
