@@ -98,11 +98,15 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
         assert method != "derpp" or any("memory/logits" in n for n in memory)  # the stored logits agree too
         for name in a.files:  # weights, optimizer slots, memory, counters
             got, want = b[name], a[name]
+            atol = 1e-5
             if "edge_logits" in name:  # a context's edge to itself is never read (self-edges are removed);
                 got, want = got.copy(), want.copy()  # it is logit(k ~ 1), where round-off in the two
                 np.fill_diagonal(got, 0.0)  # paths' distances moves it most
                 np.fill_diagonal(want, 0.0)
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{method} {name}")
+                # a logit is -d^2 / (2 w) less log(1 - k): the round-off of the distances' sums of
+                # squares scales with the largest logits, and is largest where k ~ 0.5
+                atol = 1e-5 * max(1.0, float(np.abs(want).max()))
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=f"{method} {name}")
 
 
 def _free_ports(count):
