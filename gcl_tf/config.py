@@ -282,6 +282,17 @@ def describe_differences(before: dict, after: dict, ignored=()) -> str:
     return "; ".join(shown[:3]) + ("; ..." if len(shown) > 3 else "")
 
 
+def saved_as_today(saved: dict) -> dict:
+    """A config dictionary an earlier run or search saved, read through today's keys, as
+    ``--resume`` reads a run's config.yaml: a key added since takes its default (a new key's
+    default keeps the behaviour the run had). As saved when it no longer resolves (a key removed
+    since), so that a comparison names that key."""
+    try:
+        return resolve(copy.deepcopy(saved)).to_dict()
+    except ConfigError:
+        return saved
+
+
 def load_config(path: Optional[str] = None, overrides=()) -> Config:
     raw = load_yaml(path) if path else {}
     return resolve(raw, overrides)

@@ -463,3 +463,38 @@ def test_the_report_says_how_many_of_the_finished_trials_it_lists(finished, tmp_
     assert listed[0].startswith(f"  trial {finished - 1:02d}  {50.0 + finished - 1:6.2f}")  # the best first
     with open(tmp_path / "best.json") as handle:
         assert len(json.load(handle)["trials"]) == finished
+
+
+def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
+    """search.json and a finished trial's results.json hold the keys of their day; a key added
+    since (here train.deterministic and train.checkpoint_every, removed from what was saved)
+    takes its default when a resumed search compares: the search goes on and the finished trial
+    is not trained again. A key that differs is still refused."""
+    import copy
+
+    from gcl_tf import config as config_lib
+    from gcl_tf import tune
+    from gcl_tf.errors import UserError
+    from gcl_tf.tune.search import _check_same_search, _finished_run
+
+    out = str(tmp_path / "search")
+    os.makedirs(out)
+    search = tune.Search(TINY, output_dir=out)
+    saved = search.description()
+    for key in ("deterministic", "checkpoint_every"):
+        saved["config"]["train"].pop(key)
+    with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
+        json.dump(saved, handle)
+    _check_same_search(search)  # no error
+    saved["config"]["train"]["learning_rate"] = 0.5
+    with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
+        json.dump(saved, handle)
+    with pytest.raises(UserError, match="different config"):
+        _check_same_search(search)
+
+    trial = config_lib.resolve(copy.deepcopy(TINY))
+    results = {"config": trial.to_dict(), "eval_split": "validation", "acc": 50.0}
+    del results["config"]["train"]["deterministic"]
+    with open(os.path.join(out, "results.json"), "w") as handle:
+        json.dump(results, handle)
+    assert _finished_run(out, trial)["acc"] == 50.0

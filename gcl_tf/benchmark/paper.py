@@ -209,11 +209,7 @@ def finished(run: Run, folder: str) -> bool:
         raise UserError(f"{path}: not a readable results file; remove it to recompute the run") from None
     from gcl_tf import config as config_lib
 
-    try:  # read through today's keys, as --resume reads a run's config.yaml: a key added since the
-        # run was trained takes its default (a new key's default keeps the behaviour it ran with)
-        saved = config_lib.resolve(saved).to_dict()
-    except UserError:
-        pass  # an old key that no longer exists: compare as saved, and name it below
+    saved = config_lib.saved_as_today(saved)  # a key added since the run took its default
     difference = _first_difference(_comparable(saved), _comparable(run.config.to_dict()))
     if difference:
         key, old, new = difference

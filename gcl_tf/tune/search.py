@@ -109,10 +109,15 @@ class Search:
 
     def description(self) -> dict:
         """What a resumed search (or a worker) must share with the search it continues."""
-        config = _plain(self.base.to_dict())
-        config.pop("output_dir")
-        config["train"].pop("verbose")
-        return _plain({"tuner": self.tuner, "space": self.space, "config": config})
+        return _plain({"tuner": self.tuner, "space": self.space, "config": _searched_config(self.base.to_dict())})
+
+
+def _searched_config(config: dict) -> dict:
+    """A config dictionary without what does not change a search (its folder, its verbosity)."""
+    config = _plain(config)
+    config.pop("output_dir", None)
+    config.get("train", {}).pop("verbose", None)
+    return config
 
 
 def _finished_run(folder: str, config) -> dict | None:
@@ -125,7 +130,8 @@ def _finished_run(folder: str, config) -> dict | None:
         results = read_json(path)
     except (OSError, ValueError):
         return None
-    if results.get("config") == _plain(config.to_dict()) and results.get("eval_split") == "validation":
+    saved = config_lib.saved_as_today(results.get("config") or {})  # a key added since took its default
+    if _plain(saved) == _plain(config.to_dict()) and results.get("eval_split") == "validation":
         return results
     return None
 
@@ -183,6 +189,8 @@ def _check_same_search(search: Search) -> None:
     except (OSError, ValueError):
         raise UserError(f"{path} is not valid JSON; pass --overwrite to start the search again") from None
     mine = search.description()
+    if isinstance(saved.get("config"), dict):  # a key added since the search began took its default
+        saved["config"] = _searched_config(config_lib.saved_as_today(saved["config"]))
     for part in ("tuner", "space", "config"):
         if saved.get(part) != mine[part]:
             what = part

@@ -112,14 +112,14 @@ class Prediction:
             return None
         side, share = ("above 0.99", near_1) if near_1 >= near_0 else ("below 0.01", near_0)
         width = float(tf.exp(self.kernel_log_scale).numpy())
-        width_text = f"kernel width {width:.3g} for this trunk's embeddings"
         if self.width_from_median:  # sparser when all edges are on, denser when off
             advice = "try a {} method.kernel_start_edge (GCL's kernel_start_edge, now {:g})".format(
                 "smaller" if side == "above 0.99" else "larger", self.kernel_start_edge)
         else:
             advice = "try method.kernel_width: median (GCL's kernel_width, the default)"
         return (f"warning: {self.name}: after its first task {100 * share:.1f}% of the context graph's edge "
-                f"probabilities are {side} ({width_text}), so GCL predicts about as well as chance; "
+                f"probabilities are {side} (kernel width {width:.3g} for this trunk's embeddings), so GCL "
+                f"predicts about as well as chance; "
                 f"{advice} and compare on validation")
 
     def on_task_end(self, task_index, dataset) -> None:
