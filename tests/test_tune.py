@@ -412,11 +412,17 @@ def test_cli_errors_end_with_one_line_and_exit_2(tmp_path, capsys):
     assert len(lines) == 1 and "does not exist" in lines[0]
     lines = cli_error(capsys, ["--config", config, "--max-trials", "0"])
     assert len(lines) == 1 and "--max-trials" in lines[0]
+    lines = cli_error(capsys, ["--config", config, "--workers", "0"])
+    assert len(lines) == 1 and "--workers: 0 is out of range" in lines[0]
+    with pytest.MonkeyPatch.context() as patch:  # a distributed search of one's own takes --workers 1
+        patch.setenv("KERASTUNER_TUNER_ID", "chief")
+        lines = cli_error(capsys, ["--config", config, "--workers", "2"])
+    assert len(lines) == 1 and "KERASTUNER_TUNER_ID is set; allowed: --workers 1" in lines[0]
 
     # A folder that is not a search is never taken over, even with --overwrite.
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
-    for extra in ([], ["--overwrite"]):
+    for extra in ([], ["--overwrite"], ["--workers", "2", "--overwrite"]):  # refused before a worker starts
         lines = cli_error(capsys, ["--config", config, "--output", str(tmp_path / "notes"), *extra])
         assert len(lines) == 1 and "holds no search" in lines[0]
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
@@ -498,3 +504,119 @@ def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
     with open(os.path.join(out, "results.json"), "w") as handle:
         json.dump(results, handle)
     assert _finished_run(out, trial)["acc"] == 50.0
+
+
+# ----------------------------------------------------------------------------- --workers N on one machine
+def test_local_workers_command_and_threads(tmp_path, monkeypatch):
+    from gcl_tf.tune import build_parser, local
+
+    assert [local.threads_per_worker(n, cores=2) for n in (1, 2, 3)] == [2, 1, 1]
+    assert local.threads_per_worker(4, cores=16) == 4
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["--config", "c.yaml", "--output", "rel/s", "--workers", "3", "--overwrite",
+                                      "--set", "seed=1", "--tuner", "random", "--max-trials", "5"])
+    command = local.worker_command(args, "rel/s")
+    # The workers' folder and config are absolute, and the chief's own options are not theirs.
+    assert command[command.index("--output") + 1] == str(tmp_path / "rel" / "s")
+    assert command[command.index("--config") + 1] == str(tmp_path / "c.yaml")
+    assert "--workers" not in command and "--overwrite" not in command
+    assert command[-6:] == ["--tuner", "random", "--max-trials", "5", "--set", "seed=1"]
+
+
+SLOW_TRIALS = {**TINY, "benchmark": {**TINY["benchmark"], "num_tasks": 10, "samples_per_task": 900}}
+
+
+def _start_local_search(cwd, output):
+    """``--workers 2`` from ``cwd`` with relative paths, as people type it; its lines go to a queue."""
+    import queue
+    import threading
+
+    command = [sys.executable, "-m", "gcl_tf.tune", "--config", "../slow.yaml", "--output", output,
+               "--workers", "2"]
+    process = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    return process, lines
+
+
+def _wait_for(lines, pattern, count, timeout=240):
+    import queue
+    import time
+
+    seen, end = [], time.monotonic() + timeout
+    while len([line for line in seen if re.search(pattern, line)]) < count:
+        try:
+            seen.append(lines.get(timeout=max(0.1, end - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError(f"no {count} lines matching {pattern!r} in {timeout}s:\n{''.join(seen)}") from None
+    return seen
+
+
+def _processes_on(folder) -> list[int]:
+    """Processes whose command line names ``folder`` (the workers name it absolutely)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if str(folder).encode() in handle.read():
+                    pids.append(int(pid))
+    return pids
+
+
+@pytest.mark.slow
+def test_local_workers_share_a_search_stop_on_sigterm_and_resume(tmp_path):
+    import signal
+
+    write_config(tmp_path, SLOW_TRIALS)
+    os.rename(tmp_path / "tiny.yaml", tmp_path / "slow.yaml")
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    folder = cwd / "rel" / "search"
+
+    # Stopped while both workers run a trial: the chief stops them, nothing is left running.
+    process, lines = _start_local_search(cwd, "rel/search")
+    first = _wait_for(lines, r"^\[tuner\d\] trial \d started", 2)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(120) == 128 + signal.SIGTERM
+    assert _processes_on(folder) == []
+    assert "2 worker processes on this machine" in "".join(first)
+    assert {re.search(r"^\[(tuner\d)\] trial", line).group(1) for line in first
+            if re.search(r"^\[tuner\d\] trial \d started", line)} == {"tuner0", "tuner1"}
+
+    # The same command finishes the search: every grid point once, each worker ran trials.
+    process, lines = _start_local_search(cwd, "rel/search")
+    assert process.wait(400) == 0
+    out = "".join(list(lines.queue))
+    started = re.findall(r"^\[(tuner\d)\] trial (\d) started", out, re.M)
+    assert {worker for worker, _ in started} == {"tuner0", "tuner1"}, out
+    results = trial_results(folder)
+    assert sorted(results) == ["0", "1", "2", "3"] and {grid_point(r) for r in results.values()} == GRID
+    for trial_json in glob.glob(str(folder / "trial_*" / "trial.json")):
+        with open(trial_json) as handle:
+            assert json.load(handle)["status"] == "COMPLETED"
+    with open(folder / "best.json") as handle:
+        best = json.load(handle)
+    assert best["val_acc"] == pytest.approx(max(r["acc"] for r in results.values()))
+    assert out.count("Best: trial") == 1 and "[chief]" not in out  # the workers' lines, once each
+
+
+@pytest.mark.slow
+def test_a_failed_local_worker_stops_the_search_with_one_line(tmp_path):
+    import signal
+
+    write_config(tmp_path, SLOW_TRIALS)
+    os.rename(tmp_path / "tiny.yaml", tmp_path / "slow.yaml")
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    folder = cwd / "rel" / "search"
+    process, lines = _start_local_search(cwd, "rel/search")
+    _wait_for(lines, r"^\[tuner\d\] trial \d started", 2)
+    workers = _processes_on(folder)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    assert process.wait(120) == 128 + signal.SIGKILL
+    out = "".join(list(lines.queue))
+    assert re.search(r"^worker tuner\d was killed by SIGKILL \(its messages are above\); the search stopped: "
+                     r"run the same command again", out, re.M), out
+    assert _processes_on(folder) == []

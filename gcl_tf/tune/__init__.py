@@ -35,6 +35,7 @@ from gcl_tf.errors import ConfigError, Stopped, UserError, exit_on_user_error  #
 from gcl_tf.faults import entries, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.quiet import import_tensorflow
+from gcl_tf.tune import local
 from gcl_tf.tune.search import (  # noqa: F401  (the plan of a search)
     BEST_CONFIG,
     BEST_FILE,
@@ -123,9 +124,9 @@ def _search(search: Search, folder: str, who: str) -> dict:
 
     # KerasTuner's oracle seed 0 means "random": shift the config's seed into 1 .. 2**31 - 1.
     oracle = make_oracle(search, seed=search.base.seed % (2**31 - 1) + 1)
-    if who == "chief":  # the oracle's display is the chief's only view of the trials
+    if who == "chief" and not search.local_workers:  # the oracle's display: the chief's only view of the trials
         oracle._display = ChiefDisplay(oracle, search)
-    else:  # the tuner prints a line per trial it runs
+    else:  # the tuner prints a line per trial it runs (local workers print to this terminal)
         oracle.verbose = 0
     tuner = ContinualTuner(search, oracle, directory=os.path.dirname(folder),
                            project_name=os.path.basename(folder), overwrite=False)
@@ -146,24 +147,28 @@ def _search(search: Search, folder: str, who: str) -> dict:
 
 
 def _announce(search: Search, who: str, fresh: bool) -> None:
+    if who == "worker":  # the chief prints the space; a worker, where it gets its trials
+        print(f"[{os.environ['KERASTUNER_TUNER_ID']}] joins the search in {search.output_dir}: asks the chief at "
+              f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']} for trials", flush=True)
+        return
     space = "the default grid of " + search.method if search.default_space else "tune.space"
     size = f"{search.grid_size} combinations" if all(isinstance(v, list) for v in search.space.values()) else "ranges"
-    head = {"single": "Search", "chief": "Chief of a distributed search",
-            "worker": "Worker of a distributed search"}[who]
-    verb = "joins" if who == "worker" else "starts" if fresh else "resumes"
-    print(f"{head} {verb}: {search.tuner} tuner, {space} ({size}), at most {search.max_trials} trials, "
-          f"objective ACC on validation -> {search.output_dir}", flush=True)
+    head = ("Local search" if search.local_workers else
+            {"single": "Search", "chief": "Chief of a distributed search"}[who])
+    print(f"{head} {'starts' if fresh else 'resumes'}: {search.tuner} tuner, {space} ({size}), at most "
+          f"{search.max_trials} trials, objective ACC on validation -> {search.output_dir}", flush=True)
     for key, spec in search.space.items():
         print(f"  {key}: {spec}", flush=True)
     if search.added_validation:
         print(f"  benchmark.validation_fraction is 0: each task holds out {search.validation_fraction:g} of its "
               f"training samples for validation (tune.validation_fraction); the test split is not read", flush=True)
-    if who == "chief":
+    if search.local_workers:
+        threads = local.threads_per_worker(search.local_workers)
+        print(f"  {search.local_workers} worker processes on this machine, {threads} intra-op "
+              f"thread{'s' if threads > 1 else ''} each", flush=True)
+    elif who == "chief":
         print(f"  serving the oracle on {os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']}; "
               f"start workers with the same command and KERASTUNER_TUNER_ID=tuner0, tuner1, ...", flush=True)
-    elif who == "worker":
-        print(f"  worker {os.environ['KERASTUNER_TUNER_ID']} asks the chief at "
-              f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']} for trials", flush=True)
 
 
 SHOWN_TRIALS = 10  # trials listed by the report, best first (best.json holds every finished one)
@@ -228,7 +233,8 @@ def search(config=None, overrides=(), tuner=None, max_trials=None, output_dir=No
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gcl_tf.tune",
                                      description="Hyper-parameter search with KerasTuner.",
-                                     epilog="Distributed: run the same command with KERASTUNER_TUNER_ID=chief "
+                                     epilog="On one machine: --workers N. "
+                                            "On several: run the same command with KERASTUNER_TUNER_ID=chief "
                                             "(one process) or tuner0, tuner1, ... (workers), and "
                                             "KERASTUNER_ORACLE_IP / KERASTUNER_ORACLE_PORT of the chief.")
     parser.add_argument("--config", required=True, help="YAML config file (see configs/); its tune section")
@@ -243,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete the search folder and start again (default: resume it)")
     parser.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0,
                         help="progress inside each trial as in gcl_tf.train (default 0: a line per trial)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="run the trials in N processes on this machine, sharing its cores (default 1; "
+                             "this process serves them as the chief of a distributed search)")
     return parser
 
 
@@ -251,8 +260,15 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.max_trials is not None and args.max_trials < 1:
         raise UserError(f"--max-trials: {args.max_trials} is out of range; allowed: 1 or more")
+    if args.workers < 1:
+        raise UserError(f"--workers: {args.workers} is out of range; allowed: 1 or more")
+    local.check_alone(args.workers)
     import_tensorflow()  # first, so a config error is the only line on stderr
     try:
+        if args.workers > 1:
+            plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
+                                    output_dir=args.output, trial_verbose=args.verbose)
+            return local.run(args, plan)
         search(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
                output_dir=args.output, overwrite=args.overwrite, verbose=args.verbose)
     except Stopped as stop:  # SIGTERM or Ctrl-C during a trial's training

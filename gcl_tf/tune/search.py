@@ -41,6 +41,7 @@ class Search:
     def __init__(self, raw: dict, overrides=(), tuner=None, max_trials=None, output_dir=None, trial_verbose=0):
         self.raw = copy.deepcopy(raw)
         self.trial_verbose = trial_verbose  # Keras progress inside each trial (0: only a line per trial)
+        self.local_workers = 0  # > 0: this process is the chief of that many local workers (tune.local)
         self.overrides = list(overrides)
         cli = []
         if tuner is not None:

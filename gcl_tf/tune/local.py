@@ -1,0 +1,150 @@
+"""``python -m gcl_tf.tune --workers N``: one search's trials in N processes on this machine.
+
+KerasTuner's distributed mode does the sharing: this process becomes the chief (it serves the
+oracle on 127.0.0.1 and a free port, holds the search folder's lock and writes the report) and
+starts N worker processes, the same command with ``KERASTUNER_TUNER_ID=tuner0 .. tunerN-1``, which
+ask it for trials. Each worker gets ``cores // N`` intra-op threads (``TF_NUM_INTRAOP_THREADS``,
+unless set): small trials (an MLP at batch 10) spend most of a step in Python and dispatch, so N
+of them share the cores better than one uses them all.
+
+A worker that fails (its trial failed to start, it was killed) stops the search: the chief
+would otherwise wait for it forever. SIGTERM or Ctrl-C stop the chief and the workers; the same
+command resumes the search, as a single process's does (finished trials are kept).
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from gcl_tf.errors import Stopped, UserError
+
+ENV_KEYS = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Intra-op threads for each of ``workers`` processes sharing ``cores`` (at least 1)."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // workers)
+
+
+def worker_command(args, output_dir: str) -> list[str]:
+    """The worker's command line: the chief's, with its folder made absolute and without the
+    chief's own options (``--workers``, ``--overwrite``)."""
+    command = [sys.executable, "-m", "gcl_tf.tune", "--config", os.path.abspath(args.config),
+               "--output", os.path.abspath(output_dir), "--verbose", str(args.verbose)]
+    if args.tuner:
+        command += ["--tuner", args.tuner]
+    if args.max_trials is not None:
+        command += ["--max-trials", str(args.max_trials)]
+    for override in args.overrides:
+        command += ["--set", override]
+    return command
+
+
+def check_alone(workers: int) -> None:
+    if workers > 1 and any(os.environ.get(key) for key in ENV_KEYS):
+        raise UserError(f"--workers {workers} starts its own chief and workers, but "
+                        f"{', '.join(k for k in ENV_KEYS if os.environ.get(k))} is set; allowed: "
+                        f"--workers 1 in a distributed search you start yourself, or unset those variables")
+
+
+class Workers:
+    """The worker processes of a local search, watched: the first that fails interrupts the
+    chief (the main thread) with KeyboardInterrupt, and :meth:`stop` ends the others."""
+
+    def __init__(self, command: list[str], count: int, port: int):
+        threads = threads_per_worker(count)
+        self.failed: tuple[str, int] | None = None
+        self.processes = {}
+        for index in range(count):
+            name = f"tuner{index}"
+            env = dict(os.environ, KERASTUNER_TUNER_ID=name, KERASTUNER_ORACLE_IP="127.0.0.1",
+                       KERASTUNER_ORACLE_PORT=str(port))
+            env.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
+            # Their own process group: Ctrl-C reaches the chief, which stops them in order.
+            self.processes[name] = subprocess.Popen(command, env=env, start_new_session=True)
+        self._done = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            for name, process in self.processes.items():
+                code = process.poll()
+                if code not in (None, 0):
+                    self.failed = (name, code)
+                    self._done.set()
+                    _thread.interrupt_main()
+                    return
+            if all(p.poll() is not None for p in self.processes.values()):
+                return
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM to the running workers (a trial stops at its next step and is run again on
+        resume), then SIGKILL after ``timeout`` seconds."""
+        self._done.set()
+        running = [p for p in self.processes.values() if p.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        for process in running:
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(f"{signal.Signals(signum).name} received: the workers are stopped (a trial they were running "
+                  f"runs again on resume)", signum)
+
+
+def run(args, plan) -> int:
+    """Run the search ``plan`` as the chief of ``args.workers`` local workers; returns the exit
+    status (a failed worker's own)."""
+    from gcl_tf.faults import exclusive
+    from gcl_tf.tune import _check_output, _clear, run_search
+
+    folder = os.path.abspath(plan.output_dir)
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with exclusive(folder):  # the checks a chief makes, and --overwrite, before any worker looks
+        _check_output(plan, args.overwrite, "chief")
+        if args.overwrite:
+            _clear(folder)
+    plan.benchmark_for(plan.base)  # the data, once, before the workers load it
+    port = free_port()
+    os.environ.update(KERASTUNER_TUNER_ID="chief", KERASTUNER_ORACLE_IP="127.0.0.1",
+                      KERASTUNER_ORACLE_PORT=str(port))
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    workers = None
+    try:
+        plan.local_workers = args.workers
+        workers = Workers(worker_command(args, folder), args.workers, port)
+        try:
+            run_search(plan)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM (Stopped) or a failed worker
+            if workers.failed is None:
+                raise
+            name, code = workers.failed
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+            print(f"worker {name} {how} (its messages are above); the search stopped: "
+                  f"run the same command again (without --overwrite) to resume it", file=sys.stderr, flush=True)
+            return code if code > 0 else 128 - code
+        return 0
+    finally:
+        if workers is not None:
+            workers.stop()
+        signal.signal(signal.SIGTERM, previous)
+        for key in ENV_KEYS:
+            os.environ.pop(key, None)
