@@ -261,6 +261,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def assert_the_whole_grid_ran_and_the_best_is_reported(folder):
+    """Every grid point ran once and ended; best.json names the trial with the best validation ACC."""
+    results = trial_results(folder)
+    assert sorted(results) == ["0", "1", "2", "3"]
+    assert {grid_point(r) for r in results.values()} == GRID
+    for trial_json in glob.glob(str(folder / "trial_*" / "trial.json")):
+        with open(trial_json) as handle:
+            assert json.load(handle)["status"] == "COMPLETED"
+    with open(folder / "best.json") as handle:
+        best = json.load(handle)
+    assert best["val_acc"] == pytest.approx(max(r["acc"] for r in results.values()))
+    assert results[best["trial_id"]]["acc"] == pytest.approx(best["val_acc"])
+
+
 @pytest.mark.slow
 def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tmp_path):
     config = write_config(tmp_path)
@@ -294,18 +308,8 @@ def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tm
     assert counts == {"0": 1, "1": 1, "2": 1, "3": 1}, started
     assert started["tuner0"] and started["tuner1"], started
 
-    results = trial_results(folder)
-    assert sorted(results) == ["0", "1", "2", "3"]
-    assert {grid_point(r) for r in results.values()} == GRID
-    for trial_json in glob.glob(str(folder / "trial_*" / "trial.json")):
-        with open(trial_json) as handle:
-            assert json.load(handle)["status"] == "COMPLETED"
-
     # The chief reports the best trial and writes the config; the workers do not.
-    with open(folder / "best.json") as handle:
-        best = json.load(handle)
-    assert best["val_acc"] == pytest.approx(max(r["acc"] for r in results.values()))
-    assert results[best["trial_id"]]["acc"] == pytest.approx(best["val_acc"])
+    assert_the_whole_grid_ran_and_the_best_is_reported(folder)
     assert "Best: trial" in outputs["chief"][0] and (folder / "best_config.yaml").exists()
     assert "Best: trial" not in outputs["tuner0"][0] + outputs["tuner1"][0]
 
@@ -564,19 +568,23 @@ def _processes_on(folder) -> list[int]:
     return pids
 
 
-@pytest.mark.slow
-def test_local_workers_share_a_search_stop_on_sigterm_and_resume(tmp_path):
-    import signal
-
+def _local_search_with_both_workers_busy(tmp_path):
+    """A ``--workers 2`` search started from another folder, once both workers run a trial."""
     write_config(tmp_path, SLOW_TRIALS)
     os.rename(tmp_path / "tiny.yaml", tmp_path / "slow.yaml")
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    folder = cwd / "rel" / "search"
-
-    # Stopped while both workers run a trial: the chief stops them, nothing is left running.
     process, lines = _start_local_search(cwd, "rel/search")
     first = _wait_for(lines, r"^\[tuner\d\] trial \d started", 2)
+    return cwd, cwd / "rel" / "search", process, lines, first
+
+
+@pytest.mark.slow
+def test_local_workers_share_a_search_stop_on_sigterm_and_resume(tmp_path):
+    import signal
+
+    # Stopped while both workers run a trial: the chief stops them, nothing is left running.
+    cwd, folder, process, lines, first = _local_search_with_both_workers_busy(tmp_path)
     process.send_signal(signal.SIGTERM)
     assert process.wait(120) == 128 + signal.SIGTERM
     assert _processes_on(folder) == []
@@ -590,14 +598,7 @@ def test_local_workers_share_a_search_stop_on_sigterm_and_resume(tmp_path):
     out = "".join(list(lines.queue))
     started = re.findall(r"^\[(tuner\d)\] trial (\d) started", out, re.M)
     assert {worker for worker, _ in started} == {"tuner0", "tuner1"}, out
-    results = trial_results(folder)
-    assert sorted(results) == ["0", "1", "2", "3"] and {grid_point(r) for r in results.values()} == GRID
-    for trial_json in glob.glob(str(folder / "trial_*" / "trial.json")):
-        with open(trial_json) as handle:
-            assert json.load(handle)["status"] == "COMPLETED"
-    with open(folder / "best.json") as handle:
-        best = json.load(handle)
-    assert best["val_acc"] == pytest.approx(max(r["acc"] for r in results.values()))
+    assert_the_whole_grid_ran_and_the_best_is_reported(folder)
     assert out.count("Best: trial") == 1 and "[chief]" not in out  # the workers' lines, once each
 
 
@@ -605,13 +606,7 @@ def test_local_workers_share_a_search_stop_on_sigterm_and_resume(tmp_path):
 def test_a_failed_local_worker_stops_the_search_with_one_line(tmp_path):
     import signal
 
-    write_config(tmp_path, SLOW_TRIALS)
-    os.rename(tmp_path / "tiny.yaml", tmp_path / "slow.yaml")
-    cwd = tmp_path / "elsewhere"
-    cwd.mkdir()
-    folder = cwd / "rel" / "search"
-    process, lines = _start_local_search(cwd, "rel/search")
-    _wait_for(lines, r"^\[tuner\d\] trial \d started", 2)
+    _, folder, process, lines, _ = _local_search_with_both_workers_busy(tmp_path)
     workers = _processes_on(folder)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
