@@ -115,6 +115,40 @@ def resnet18(input_shape, filters: int = 20, name: str = "resnet18") -> keras.Mo
     return keras.Model(inputs, x, name=name)
 
 
+def _keeps_framework_default(initializer) -> bool:
+    return type(initializer) is keras.initializers.GlorotUniform
+
+
+def torch_default_init(root) -> int:
+    """Re-draw, as PyTorch's ``nn.Linear`` and ``nn.Conv2d`` do by default, the weights of every
+    built ``Dense`` and ``Conv2D`` under ``root`` (a layer or model, nested ones included) whose
+    kernel keeps Keras's default initializer: kernel and bias ``U(-b, b)``, ``b = 1 / sqrt(fan_in)``
+    (PyTorch's ``kaiming_uniform_(a=sqrt(5))``, Keras's ``VarianceScaling(1/3, fan_in, uniform)``).
+    Layers given another initializer on purpose (the ConvNet's Kaiming normal) keep their weights.
+    Draws from Keras's global seed (``keras.utils.set_random_seed``); returns how many layers it
+    re-drew. ``model.initializer: torch`` applies it to a method's networks."""
+    import numpy as np
+
+    count, seen = 0, set()
+    layers_ = [root] if isinstance(root, layers.Layer) else []
+    layers_ += list(root._flatten_layers(include_self=False, recursive=True))
+    for layer in layers_:
+        if not isinstance(layer, (layers.Dense, layers.Conv2D)) or not layer.built or id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if not _keeps_framework_default(layer.kernel_initializer):
+            continue
+        shape = tuple(layer.kernel.shape)
+        fan_in = int(np.prod(shape[:-1]))
+        bound = 1.0 / np.sqrt(fan_in)
+        layer.kernel.assign(keras.initializers.RandomUniform(-bound, bound)(shape, dtype=layer.kernel.dtype))
+        if layer.use_bias:
+            layer.bias.assign(keras.initializers.RandomUniform(-bound, bound)(tuple(layer.bias.shape),
+                                                                               dtype=layer.bias.dtype))
+        count += 1
+    return count
+
+
 def build_backbone(model_config, input_shape) -> keras.Model:
     if model_config.backbone == "mlp":
         return mlp(input_shape, model_config.hidden_size)

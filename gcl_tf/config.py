@@ -47,6 +47,11 @@ class ModelConfig:
     hidden_size: int = field(default=256, metadata=_range(1))
     # Convolution filters (null: the paper's, 64 for convnet and 20 for resnet18).
     filters: Optional[int] = field(default=None, metadata=_range(1))
+    # Initial weights of the Dense and Conv2D layers that keep the framework's default: keras
+    # (Glorot uniform kernels, zero biases) or torch (PyTorch's nn.Linear / nn.Conv2d default,
+    # U(+-1/sqrt(fan_in)) kernels and biases, as GEM's ResNet-18 and MLP were written with).
+    # Layers initialised on purpose (the ConvNet's Kaiming normal) keep theirs.
+    initializer: Literal["keras", "torch"] = "keras"
 
 
 @dataclass

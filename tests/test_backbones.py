@@ -5,6 +5,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from gcl_tf import backbones
@@ -85,3 +86,42 @@ def test_convnet_is_the_authors_encoder():
     kernel = np.asarray(net.get_layer("conv3").kernel)  # 36,864 weights, std sqrt(2 / 576)
     assert abs(kernel.std() - np.sqrt(2.0 / 576)) < 0.003
     assert np.abs(kernel).max() > 3.5 * np.sqrt(2.0 / 576)  # untruncated: tails beyond 2 std exist
+
+
+def _dense_and_convs(method):
+    return {id(layer): layer for layer in method._flatten_layers(include_self=False, recursive=True)
+            if isinstance(layer, (keras.layers.Dense, keras.layers.Conv2D))}.values()
+
+
+@pytest.mark.parametrize("name,backbone,shape", [("er", "resnet18", (32, 32, 3)), ("gcl", "convnet", (32, 32, 3)),
+                                                 ("er", "mlp", (8, 8, 1))])
+def test_torch_initializer_draws_pytorchs_default_where_keras_default_was(name, backbone, shape):
+    """``model.initializer: torch``: every Dense and Conv2D that kept Keras's default (Glorot uniform,
+    zero bias) is re-drawn as PyTorch's nn.Linear / nn.Conv2d default, U(+-1/sqrt(fan_in)) for the
+    kernel and the bias; the ConvNet's Kaiming-normal convolutions (the authors' choice) keep theirs."""
+    from gcl_tf import config as config_lib
+    from gcl_tf import methods
+
+    built = {}
+    for init in ("keras", "torch"):
+        config = config_lib.resolve({"method": {"name": name}, "model": {"backbone": backbone, "initializer": init}})
+        keras.utils.set_random_seed(0)
+        built[init] = {layer.path: layer for layer in _dense_and_convs(methods.build(config, shape, 10))}
+    assert built["keras"].keys() == built["torch"].keys()
+    redrawn = 0
+    for path, layer in built["torch"].items():
+        before = built["keras"][path]
+        kernel = layer.kernel.numpy()
+        if type(before.kernel_initializer) is not keras.initializers.GlorotUniform:  # Kaiming: untouched
+            np.testing.assert_array_equal(kernel, before.kernel.numpy())
+            continue
+        redrawn += 1
+        bound = 1.0 / np.sqrt(np.prod(kernel.shape[:-1]))
+        assert np.abs(kernel).max() <= bound
+        assert np.std(kernel) == pytest.approx(bound / np.sqrt(3), rel=0.2 if kernel.size < 100 else 0.05)
+        if layer.use_bias:
+            bias = layer.bias.numpy()
+            assert np.abs(bias).max() <= bound and np.any(bias != 0)
+            assert not np.any(before.bias.numpy())  # Keras's zero bias
+    # ResNet-18: stem, 16 block convolutions, 3 shortcuts, the logits; ConvNet: GCL's 4 heads; MLP: 2 + logits.
+    assert redrawn == {"resnet18": 21, "convnet": 4, "mlp": 3}[backbone]

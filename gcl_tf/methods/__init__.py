@@ -110,12 +110,15 @@ def build(config, input_shape, num_classes: int):
     (:func:`run_arguments`); its layers under the configured Keras dtype policy
     (``train.mixed_precision``, checked first: gcl_tf/precision.py)."""
     from gcl_tf import precision
-    from gcl_tf.backbones import build_backbone
+    from gcl_tf.backbones import build_backbone, torch_default_init
 
     policy = config.train.mixed_precision
     cls = method_class(config.method.name)
     precision.check(config.method.name, policy, loss_scaling=cls.supports_loss_scaling)
     keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
     with precision.policy_scope(policy):
-        return cls(**keys, backbone=build_backbone(config.model, input_shape),
-                   **run_arguments(config, input_shape, num_classes))
+        method = cls(**keys, backbone=build_backbone(config.model, input_shape),
+                     **run_arguments(config, input_shape, num_classes))
+    if config.model.initializer == "torch":
+        torch_default_init(method)
+    return method
