@@ -105,6 +105,10 @@ class TuneConfig:
     tuner: Literal["grid", "random", "bayesian"] = "grid"
     # Trials at most (null: the whole grid; 10 for random and bayesian).
     max_trials: Optional[int] = field(default=None, metadata=_range(1))
+    # bayesian: random trials before the Gaussian process picks the next ones (null: 3 per
+    # searched key, but at most a third of max_trials and at least 3; KerasTuner's own default,
+    # 3 per key, would leave a 24-trial search of 8 keys nothing but random trials).
+    initial_points: Optional[int] = field(default=None, metadata=_range(1))
     # Validation share of each task's training samples used when benchmark.validation_fraction
     # is 0 (a search always scores trials on validation splits, never on the test split).
     validation_fraction: float = field(default=0.1, metadata=_range(0.0, 1.0, lo_open=True, hi_open=True))

@@ -615,3 +615,46 @@ def test_a_failed_local_worker_stops_the_search_with_one_line(tmp_path):
     assert re.search(r"^worker tuner\d was killed by SIGKILL \(its messages are above\); the search stopped: "
                      r"run the same command again", out, re.M), out
     assert _processes_on(folder) == []
+
+
+# ----------------------------------------------------------------------------- Bayesian search
+@pytest.mark.parametrize("keys,trials,expected", [(8, 24, 8), (7, 24, 8), (1, 24, 3), (2, 6, 3), (10, 300, 30)])
+def test_a_bayesian_search_leaves_most_of_its_budget_to_the_gaussian_process(keys, trials, expected):
+    from gcl_tf.tune.search import default_initial_points
+
+    assert default_initial_points(keys, trials) == expected
+
+
+def test_the_gcl_search_of_issue_22_is_mostly_guided():
+    """KerasTuner's default (3 random trials per key) would make the 24 trials over GCL's 8 keys all
+    random; the searched keys exclude a one-value list (kernel_width: [median])."""
+    from gcl_tf.tune import Search, make_oracle
+
+    with open(os.path.join(REPO, "configs", "permuted_fashion_mnist.yaml")) as handle:
+        raw = yaml.safe_load(handle)
+    gcl = Search(raw, ["method.name=gcl", "benchmark.num_tasks=10"])
+    assert (gcl.tuner, gcl.max_trials, len(gcl.space), gcl.initial_points) == ("bayesian", 24, 8, 8)
+    assert make_oracle(gcl, seed=1).num_initial_points == 8
+    assert Search(raw, ["method.name=gcl", "tune.initial_points=5"]).initial_points == 5
+    assert Search(raw, ["method.name=er"]).initial_points == 3
+
+
+def test_a_bayesian_search_draws_only_its_initial_points_at_random(tmp_path, monkeypatch, capsys):
+    import keras_tuner as kt
+
+    from gcl_tf import tune
+
+    random_draws = []
+    real = kt.oracles.BayesianOptimizationOracle._random_populate_space
+
+    def spy(self):
+        random_draws.append(len(self.trials))
+        return real(self)
+
+    monkeypatch.setattr(kt.oracles.BayesianOptimizationOracle, "_random_populate_space", spy)
+    raw = {**TINY, "tune": {"tuner": "bayesian", "max_trials": 5, "initial_points": 2,
+                            "space": {"train.learning_rate": {"min": 0.01, "max": 0.3, "log": True}}}}
+    summary = tune.search(raw=raw, output_dir=str(tmp_path / "search"))
+    assert summary["trials_finished"] == 5
+    assert len(random_draws) == 2  # trials 3 to 5: the Gaussian process's picks
+    assert "the first 2 trials at random (tune.initial_points)" in capsys.readouterr().out

@@ -80,7 +80,8 @@ def make_oracle(search: Search, seed: int):
     from gcl_tf.tune.tuners import ORACLES
 
     objective = kt.Objective(OBJECTIVE, direction="max")
-    return ORACLES[search.tuner](objective=objective, max_trials=search.max_trials, seed=seed)
+    extra = {"num_initial_points": search.initial_points} if search.tuner == "bayesian" else {}
+    return ORACLES[search.tuner](objective=objective, max_trials=search.max_trials, seed=seed, **extra)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -159,6 +160,9 @@ def _announce(search: Search, who: str, fresh: bool) -> None:
           f"{search.max_trials} trials, objective ACC on validation -> {search.output_dir}", flush=True)
     for key, spec in search.space.items():
         print(f"  {key}: {spec}", flush=True)
+    if search.tuner == "bayesian":
+        print(f"  the first {search.initial_points} trials at random (tune.initial_points), then the Gaussian "
+              f"process's picks", flush=True)
     if search.added_validation:
         print(f"  benchmark.validation_fraction is 0: each task holds out {search.validation_fraction:g} of its "
               f"training samples for validation (tune.validation_fraction); the test split is not read", flush=True)

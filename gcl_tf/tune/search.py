@@ -35,6 +35,12 @@ def format_values(values: dict) -> str:
     return "  ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
+def default_initial_points(searched_keys: int, max_trials: int) -> int:
+    """Random trials a Bayesian search starts with: KerasTuner's 3 per searched key, but at most
+    a third of the budget (so that the Gaussian process picks at least two thirds) and at least 3."""
+    return max(3, min(3 * searched_keys, max_trials // 3))
+
+
 class Search:
     """A search: the config file (+ ``--set``), its space, the tuner and the output folder."""
 
@@ -68,6 +74,8 @@ class Search:
         self.added_validation = base.benchmark.validation_fraction <= 0
         if self.added_validation:
             self.forced.append(_set_text("benchmark.validation_fraction", base.tune.validation_fraction))
+        searched = sum(not isinstance(v, list) or len(v) > 1 for v in self.space.values())
+        self.initial_points = base.tune.initial_points or default_initial_points(searched, self.max_trials)
         self.validation_fraction = (base.tune.validation_fraction if self.added_validation
                                     else base.benchmark.validation_fraction)
         self.output_dir = output_dir or f"{base.output_dir.rstrip('/')}-tune"
