@@ -43,6 +43,34 @@ def test_check_config_keeps_the_preset_and_protocol_and_cuts_a_split_to_the_data
     assert (rotated.benchmark.name, rotated.benchmark.num_tasks, rotated.method.name) == ("rotated", 4, "er")
 
 
+def test_set_goes_over_the_preset_and_a_check_is_reused_only_with_the_same_set(tmp_path, monkeypatch):
+    """``--set``: e.g. GCL's constructor defaults in place of the ConvNet preset's paper switches;
+    a finished check is reused only when it ran with the same ``--set``."""
+    from gcl_tf import train
+
+    data = presets.Data("digits")
+    cifar = os.path.join(CONFIG_DIR, "split_cifar10.yaml")
+    assert presets.check_config(cifar, "gcl", data).method.kernel_width is None  # the paper's
+    defaults = ["method.kernel_width=median", "method.regularize_below=1.0"]
+    config = presets.check_config(cifar, "gcl", data, overrides=defaults)
+    assert (config.method.kernel_width, config.method.regularize_below) == ("median", 1.0)
+    assert config.model.backbone == "convnet" and config.eval.split == "validation"
+
+    quick = os.path.join(CONFIG_DIR, "quickstart.yaml")
+    folder = str(tmp_path / "run")
+    stream = dict(num_tasks=2, samples_per_task=100)
+    plain = presets.check(quick, "er", data, folder, **stream)
+    assert plain["overrides"] == []
+    lower = presets.check(quick, "er", data, folder, overrides=["train.learning_rate=0.001"], **stream)
+    assert lower["overrides"] == ["train.learning_rate=0.001"] and lower["acc"] != plain["acc"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished check with the same --set ran again")
+
+    monkeypatch.setattr(train, "run", no_training)
+    assert presets.check(quick, "er", data, folder, overrides=["train.learning_rate=0.001"], **stream) == lower
+
+
 def test_data_option_errors_are_one_line():
     with pytest.raises(UserError, match="unknown source 'tfds'"):
         presets.Data.parse("tfds:mnist", "--rgb")

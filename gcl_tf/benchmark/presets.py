@@ -71,10 +71,12 @@ def is_rgb(config) -> bool:
 
 
 def check_config(config_path: str, method: str, data: Data, num_tasks: int = 3, samples_per_task: int = 500,
-                 validation_fraction: float = 0.2, seed: int = 0, data_classes: int = 10):
+                 validation_fraction: float = 0.2, seed: int = 0, data_classes: int = 10, overrides=()):
     """The config of ``config_path`` with ``method``'s preset, on ``data``: its protocol cut to
     ``num_tasks`` tasks of ``samples_per_task`` samples (None: all of a task's; a split to
-    ``data_classes`` classes), evaluated on validation splits."""
+    ``data_classes`` classes), evaluated on validation splits; then the user's ``overrides``
+    (``--set``, over the preset: e.g. GCL's constructor defaults in place of the preset's)."""
+    user = list(overrides)
     from gcl_tf import config as config_lib
 
     raw = config_lib.load_yaml(config_path)
@@ -90,7 +92,7 @@ def check_config(config_path: str, method: str, data: Data, num_tasks: int = 3, 
         tasks = min(num_tasks, data_classes // per_task)
         overrides.append(f"benchmark.classes_per_task={per_task}")
     overrides.append(f"benchmark.num_tasks={tasks}")
-    return config_lib.resolve(raw, overrides)
+    return config_lib.resolve(raw, overrides + user)
 
 
 def chance(config, num_classes: int) -> float:
@@ -138,7 +140,9 @@ def check(config_path: str, method: str, data: Data, output_dir: str, **stream) 
 
     row_path = os.path.join(output_dir, "check.json")
     if os.path.isfile(row_path):
-        return read_json(row_path)
+        row = read_json(row_path)
+        if row.get("overrides", []) == list(stream.get("overrides", ())):  # else checked with other --set: again
+            return row
     config = check_config(config_path, method, data, **stream)
     source = make_source(config.benchmark)
     note = ""
@@ -156,7 +160,8 @@ def check(config_path: str, method: str, data: Data, output_dir: str, **stream) 
     row = {"config": os.path.splitext(os.path.basename(config_path))[0], "method": method, "data": data_label(data),
            "tasks": config.benchmark.num_tasks, "samples_per_task": config.benchmark.samples_per_task,
            "acc": float(results["acc"]), "new_task_accuracy": score, "chance": chance_accuracy,
-           "threshold": threshold(chance_accuracy), "learns": ok, "note": note}
+           "threshold": threshold(chance_accuracy), "learns": ok, "note": note,
+           "overrides": list(stream.get("overrides", ()))}
     write_json_atomic(row_path, row)
     return row
 
@@ -173,10 +178,14 @@ the training data, the test split never read).
 """
 
 
-def markdown(rows: list[dict]) -> str:
-    """The report: the legend, a row per check, then what was skipped and why."""
+def markdown(rows: list[dict], overrides=()) -> str:
+    """The report: the legend (and the ``--set`` over every preset), a row per check, then what
+    was skipped and why."""
     checked = [r for r in rows if not r.get("skipped")]
-    lines = [LEGEND,
+    lines = [LEGEND]
+    if overrides:
+        lines += ["Over every preset: " + " ".join(f"`--set {o}`" for o in overrides), ""]
+    lines += [
              "| config | data | method | tasks x samples | ACC | new-task accuracy | chance | threshold "
              "| learns (new-task accuracy >= threshold) | note |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -205,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", type=int, default=3, help="tasks per stream (default 3)")
     parser.add_argument("--samples-per-task", type=int, default=500, help="training samples per task (default 500)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key over every preset, e.g. --set method.kernel_width=median (repeatable)")
     parser.add_argument("--output", required=True, help="folder for the runs and the report")
     return parser
 
@@ -228,12 +239,14 @@ def main(argv=None) -> int:
                 continue
             data = None
             try:
-                data = rgb if is_rgb(config_lib.resolve(raw, [f"method.name={method}"])) else mnist_like
+                chosen = config_lib.resolve(raw, [f"method.name={method}", *args.overrides])
+                data = rgb if is_rgb(chosen) else mnist_like
                 if data is None:
                     print(f"{name} {method}: skipped (an RGB preset; give --rgb)", flush=True)
                     continue
                 row = check(path, method, data, os.path.join(args.output, "runs", name, method),
-                            num_tasks=args.tasks, samples_per_task=args.samples_per_task, seed=args.seed)
+                            num_tasks=args.tasks, samples_per_task=args.samples_per_task, seed=args.seed,
+                            overrides=args.overrides)
             except UserError as error:  # this config cannot run on this data: the others still can
                 reason = " ".join(str(error).split())
                 rows.append({"config": name, "method": method, "data": data_label(data) if data else None,
@@ -245,7 +258,7 @@ def main(argv=None) -> int:
                   f"(threshold {threshold(row['chance']):4.1f})  {'learns' if row['learns'] else 'DOES NOT LEARN'}"
                   + (f"  ({row['note']})" if row.get("note") else ""), flush=True)
     write_json_atomic(os.path.join(args.output, "presets.json"), rows)
-    write_atomic(os.path.join(args.output, "presets.md"), markdown(rows))
+    write_atomic(os.path.join(args.output, "presets.md"), markdown(rows, args.overrides))
     print(f"report: {os.path.join(args.output, 'presets.md')} (learns: new-task accuracy above the threshold; "
           "ACC: every task at the end)", flush=True)
     failed = [f"{r['config']}/{r['method']}" for r in rows if r["learns"] is False]
