@@ -9,7 +9,6 @@ import io
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -255,12 +254,6 @@ def test_a_reloaded_oracle_does_not_hand_out_a_trial_that_had_ended(tmp_path, mo
 
 
 # ----------------------------------------------------------------------------- distributed
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def assert_the_whole_grid_ran_and_the_best_is_reported(folder):
     """Every grid point ran once and ended; best.json names the trial with the best validation ACC."""
     results = trial_results(folder)
@@ -279,6 +272,8 @@ def assert_the_whole_grid_ran_and_the_best_is_reported(folder):
 def test_distributed_search_with_a_chief_and_two_workers_runs_each_trial_once(tmp_path):
     config = write_config(tmp_path)
     folder = tmp_path / "search"
+    from gcl_tf.tune.local import free_port
+
     port = free_port()
     command = [sys.executable, "-m", "gcl_tf.tune", "--config", config, "--output", str(folder)]
 

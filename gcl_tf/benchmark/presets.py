@@ -76,23 +76,22 @@ def check_config(config_path: str, method: str, data: Data, num_tasks: int = 3, 
     ``num_tasks`` tasks of ``samples_per_task`` samples (None: all of a task's; a split to
     ``data_classes`` classes), evaluated on validation splits; then the user's ``overrides``
     (``--set``, over the preset: e.g. GCL's constructor defaults in place of the preset's)."""
-    user = list(overrides)
     from gcl_tf import config as config_lib
 
     raw = config_lib.load_yaml(config_path)
     base = config_lib.resolve(raw, [f"method.name={method}"])
     tasks = num_tasks
-    overrides = [f"method.name={method}", f"seed={seed}", *data.overrides(),
-                 f"benchmark.samples_per_task={'null' if samples_per_task is None else samples_per_task}",
-                 "benchmark.test_samples_per_task=null",
-                 f"benchmark.validation_fraction={validation_fraction}", "eval.split=validation",
-                 "train.verbose=0", "train.checkpoint_every=0"]
+    protocol = [f"method.name={method}", f"seed={seed}", *data.overrides(),
+                f"benchmark.samples_per_task={'null' if samples_per_task is None else samples_per_task}",
+                "benchmark.test_samples_per_task=null",
+                f"benchmark.validation_fraction={validation_fraction}", "eval.split=validation",
+                "train.verbose=0", "train.checkpoint_every=0"]
     if base.benchmark.name == "split":
         per_task = min(base.benchmark.classes_per_task, data_classes // num_tasks) or 1
         tasks = min(num_tasks, data_classes // per_task)
-        overrides.append(f"benchmark.classes_per_task={per_task}")
-    overrides.append(f"benchmark.num_tasks={tasks}")
-    return config_lib.resolve(raw, overrides + user)
+        protocol.append(f"benchmark.classes_per_task={per_task}")
+    protocol.append(f"benchmark.num_tasks={tasks}")
+    return config_lib.resolve(raw, [*protocol, *overrides])
 
 
 def chance(config, num_classes: int) -> float:

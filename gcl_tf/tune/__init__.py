@@ -85,11 +85,13 @@ def make_oracle(search: Search, seed: int):
 
 
 # ----------------------------------------------------------------------------- the search
-def run_search(search: Search, overwrite: bool = False) -> dict:
+def run_search(search: Search, overwrite: bool = False, on_ready=None) -> dict:
     """Run (or resume, or join as a worker) a search; returns a summary (``best`` on the chief).
 
     The chief (or a single process) holds the folder's lock (gcl_tf.faults.exclusive) for the
-    whole search; workers join the chief's folder."""
+    whole search; workers join the chief's folder. ``on_ready()`` is called once the folder is
+    checked (and cleared for ``overwrite``), before the search starts: a local chief starts its
+    workers there (:mod:`.local`)."""
     import_tensorflow()
     who = role()
     _check_output(search, overwrite, who)
@@ -104,6 +106,8 @@ def run_search(search: Search, overwrite: bool = False) -> dict:
         _check_output(search, overwrite, who)  # again, now that no other search can change the folder
         if overwrite:  # here, not by KerasTuner: its overwrite deletes the folder with the lock file
             _clear(folder)
+        if on_ready is not None:
+            on_ready()
         return _search(search, folder, who)
 
 
@@ -269,12 +273,11 @@ def main(argv=None) -> int:
     local.check_alone(args.workers)
     import_tensorflow()  # first, so a config error is the only line on stderr
     try:
+        plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
+                                output_dir=args.output, trial_verbose=args.verbose)
         if args.workers > 1:
-            plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
-                                    output_dir=args.output, trial_verbose=args.verbose)
             return local.run(args, plan)
-        search(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
-               output_dir=args.output, overwrite=args.overwrite, verbose=args.verbose)
+        run_search(plan, overwrite=args.overwrite)
     except Stopped as stop:  # SIGTERM or Ctrl-C during a trial's training
         raise stop.with_hint("run the same command again (without --overwrite) to resume the search") from None
     except KeyboardInterrupt:

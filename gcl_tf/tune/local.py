@@ -112,38 +112,35 @@ def _raise_stopped(signum, frame):
 
 def run(args, plan) -> int:
     """Run the search ``plan`` as the chief of ``args.workers`` local workers; returns the exit
-    status (a failed worker's own)."""
-    from gcl_tf.faults import exclusive
-    from gcl_tf.tune import _check_output, _clear, run_search
+    status (a failed worker's own). The workers start once the chief holds the folder, checked
+    (and cleared for ``--overwrite``) by :func:`gcl_tf.tune.run_search`."""
+    from gcl_tf.tune import run_search
 
-    folder = os.path.abspath(plan.output_dir)
-    os.makedirs(os.path.dirname(folder), exist_ok=True)
-    with exclusive(folder):  # the checks a chief makes, and --overwrite, before any worker looks
-        _check_output(plan, args.overwrite, "chief")
-        if args.overwrite:
-            _clear(folder)
     plan.benchmark_for(plan.base)  # the data, once, before the workers load it
+    plan.local_workers = args.workers
     port = free_port()
     os.environ.update(KERASTUNER_TUNER_ID="chief", KERASTUNER_ORACLE_IP="127.0.0.1",
                       KERASTUNER_ORACLE_PORT=str(port))
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
-    workers = None
+    started = []
+
+    def start_workers():
+        started.append(Workers(worker_command(args, plan.output_dir), args.workers, port))
+
     try:
-        plan.local_workers = args.workers
-        workers = Workers(worker_command(args, folder), args.workers, port)
         try:
-            run_search(plan)
+            run_search(plan, overwrite=args.overwrite, on_ready=start_workers)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM (Stopped) or a failed worker
-            if workers.failed is None:
+            if not started or started[0].failed is None:
                 raise
-            name, code = workers.failed
+            name, code = started[0].failed
             how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             print(f"worker {name} {how} (its messages are above); the search stopped: "
                   f"run the same command again (without --overwrite) to resume it", file=sys.stderr, flush=True)
             return code if code > 0 else 128 - code
         return 0
     finally:
-        if workers is not None:
+        for workers in started:
             workers.stop()
         signal.signal(signal.SIGTERM, previous)
         for key in ENV_KEYS:
