@@ -1,17 +1,25 @@
 """The searched presets as a config folder for the paper suite (issue 22, docs/tuning.md).
 
 For each Fashion-MNIST benchmark, copies ``configs/<benchmark>.yaml`` into ``OUT/`` with its
-``gcl`` and ``er`` presets set to the best trial of ``docs/results/search/<short>-<method>/best.json``
-(the searched dotted keys over the preset; the rest of the preset and of the config unchanged), so
-that the test runs are one resumable command with mean +- std tables:
+``gcl`` and ``er`` presets set to the best trial of a search's ``best.json`` (the searched dotted
+keys over the preset; the rest of the preset and of the config unchanged), so that the test runs
+are one resumable command with mean +- std tables:
 
     python docs/results/search/tuned_configs.py docs/results/search/configs
     python -m gcl_tf.benchmark paper --config-dir docs/results/search/configs \\
         --benchmarks permuted_fashion_mnist rotated_fashion_mnist split_fashion_mnist \\
         --methods gcl er --seeds 3 --studies main --output docs/results/search/test
 
+``--searches first`` (the default) takes the first searches, ``docs/results/search/<short>-<method>``
+(Permuted and Rotated scored over their first 10 tasks); ``--searches 20tasks`` takes the searches
+scored over all 20 tasks of Permuted and Rotated, ``<short>-<method>-20tasks`` (Split's first
+search already scored its whole stream, so Split keeps it):
+
+    python docs/results/search/tuned_configs.py docs/results/search/configs-20tasks --searches 20tasks
+
 A benchmark whose two searches have not both finished is left out (and said so).
 """
+import argparse
 import copy
 import json
 import os
@@ -24,6 +32,12 @@ SEARCHES = os.path.join(ROOT, "docs", "results", "search")
 BENCHMARKS = {"permuted_fashion_mnist": "permuted", "rotated_fashion_mnist": "rotated",
               "split_fashion_mnist": "split"}
 METHODS = ("gcl", "er")
+SEARCHES_BY_NAME = {  # --searches: the search folder of each benchmark, {method} filled in
+    "first": {"permuted_fashion_mnist": "permuted-{method}", "rotated_fashion_mnist": "rotated-{method}",
+              "split_fashion_mnist": "split-{method}"},
+    "20tasks": {"permuted_fashion_mnist": "permuted-{method}-20tasks",
+                "rotated_fashion_mnist": "rotated-{method}-20tasks", "split_fashion_mnist": "split-{method}"},
+}
 
 
 def with_values(preset: dict, values: dict) -> dict:
@@ -35,28 +49,34 @@ def with_values(preset: dict, values: dict) -> dict:
     return out
 
 
-def tuned_config(benchmark: str) -> tuple[dict, list[str]] | None:
+def tuned_config(benchmark: str, searches: str) -> tuple[dict, list[str]] | None:
     with open(os.path.join(ROOT, "configs", benchmark + ".yaml")) as handle:
         config = yaml.safe_load(handle)
     notes = []
     for method in METHODS:
-        best_file = os.path.join(SEARCHES, f"{BENCHMARKS[benchmark]}-{method}", "best.json")
+        folder = SEARCHES_BY_NAME[searches][benchmark].format(method=method)
+        best_file = os.path.join(SEARCHES, folder, "best.json")
         if not os.path.exists(best_file):
             return None
         with open(best_file) as handle:
             best = json.load(handle)
         preset = {k: v for k, v in config["presets"][method].items() if k != "tune"}  # searched already
         config["presets"][method] = with_values(preset, best["values"])
-        notes.append(f"{method}: trial {best['trial_id']} of {best['trials_finished']}, validation ACC "
+        notes.append(f"{method}: {folder} trial {best['trial_id']} of {best['trials_finished']}, validation ACC "
                      f"{best['val_acc']:.2f}")
     config["presets"] = {m: config["presets"][m] for m in METHODS}
     return config, notes
 
 
-def main(out: str) -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=os.path.join(SEARCHES, "configs"))
+    parser.add_argument("--searches", choices=sorted(SEARCHES_BY_NAME), default="first")
+    args = parser.parse_args(argv)
+    out = args.out
     os.makedirs(out, exist_ok=True)
     for benchmark in BENCHMARKS:
-        made = tuned_config(benchmark)
+        made = tuned_config(benchmark, args.searches)
         if made is None:
             print(f"{benchmark}: its searches have not both finished; left out")
             continue
@@ -72,4 +92,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(SEARCHES, "configs")))
+    sys.exit(main(sys.argv[1:]))
