@@ -653,3 +653,32 @@ def test_a_bayesian_search_draws_only_its_initial_points_at_random(tmp_path, mon
     assert summary["trials_finished"] == 5
     assert len(random_draws) == 2  # trials 3 to 5: the Gaussian process's picks
     assert "the first 2 trials at random (tune.initial_points)" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- issue 22's searched configs
+@pytest.mark.parametrize("searches,folder", [("first", "configs")])
+def test_the_shipped_searched_configs_are_the_searches_best_trials(tmp_path, searches, folder):
+    """docs/results/search/<folder>/ (what the test runs of docs/tuning.md trained) is what
+    tuned_configs.py writes: each searched key holds the best trial's value, every other key the
+    config's own."""
+    import importlib.util
+
+    searched = os.path.join(REPO, "docs", "results", "search")
+    spec = importlib.util.spec_from_file_location("tuned_configs", os.path.join(searched, "tuned_configs.py"))
+    tuned = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tuned)
+    assert tuned.main([str(tmp_path), "--searches", searches]) == 0
+    shipped = sorted(glob.glob(os.path.join(searched, folder, "*.yaml")))
+    assert [os.path.basename(p) for p in shipped] == sorted(os.listdir(tmp_path))
+    for path in shipped:
+        benchmark = os.path.basename(path)[:-len(".yaml")]
+        with open(path) as handle, open(tmp_path / os.path.basename(path)) as made:
+            config = yaml.safe_load(handle)
+            assert config == yaml.safe_load(made), path
+        for method in ("gcl", "er"):
+            with open(os.path.join(searched, tuned.SEARCHES_BY_NAME[searches][benchmark].format(method=method),
+                                   "best.json")) as handle:
+                best = json.load(handle)["values"]
+            preset = config["presets"][method]
+            assert {key: preset[key.split(".")[0]][key.split(".")[1]] for key in best} == best, (path, method)
+            assert "tune" not in preset
