@@ -41,17 +41,26 @@ def median_kernel_width(median, edge):
     return median / (-2.0 * math.log(edge))
 
 
-def degenerate_edges(graph, low: float = 0.01, high: float = 0.99):
-    """The share of the off-diagonal edge probabilities of ``graph`` [C, C] (numpy) below ``low``
-    and above ``high``: ``(near_0, near_1)``. A graph whose edges are all near 0 or all near 1
-    carries no neighbourhood: every context's prediction is its own, or the average of all."""
+NO_EDGE_MASS = 1e-6  # a row whose edge probabilities sum below this reaches (almost) nothing
+
+
+def neighbourhoods(graph, no_edge_mass: float = NO_EDGE_MASS):
+    """How far the rows of ``graph`` [N, C] (numpy edge probabilities from N images to C memory
+    images) reach: ``(no_edge, spread)``. ``no_edge`` is the share of rows whose probabilities sum
+    below ``no_edge_mass``: the row normalisation then leaves them almost nothing to aggregate.
+    ``spread`` is the median over rows of the effective number of neighbours, exp(entropy of the
+    normalised row), as a share of C: near 1 when a row weighs every memory image alike and so
+    sees only the memory's average. Small probabilities alone are no fault: normalised, a row of
+    edges all below 0.01 can still single out its nearest neighbours."""
     import numpy as np
 
     graph = np.asarray(graph, dtype=np.float64)
-    off = graph[~np.eye(graph.shape[0], dtype=bool)]
-    if off.size == 0:
+    if graph.size == 0:
         return 0.0, 0.0
-    return float(np.mean(off < low)), float(np.mean(off > high))
+    mass = graph.sum(axis=1)
+    weights = graph / np.maximum(mass, np.finfo(np.float64).tiny)[:, None]
+    entropy = -np.sum(np.where(weights > 0, weights * np.log(np.where(weights > 0, weights, 1.0)), 0.0), axis=1)
+    return float(np.mean(mass < no_edge_mass)), float(np.median(np.exp(entropy)) / graph.shape[1])
 
 
 def kernel_factors(u, log_scale):

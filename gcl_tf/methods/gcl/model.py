@@ -115,6 +115,7 @@ class GCL(Prediction, ContinualModel):
         # Contexts attended to per step: the whole memory, or context_batch of them.
         self.num_contexts = context_batch or self.capacity
         self._test_noise = None
+        self._warned_of_task = None  # the task after which GCL said it did not learn (on_task_end)
         if self.eval_batch_size is not None:
             self.prepare_test_noise(self.eval_batch_size)
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
