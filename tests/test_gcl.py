@@ -901,7 +901,7 @@ def test_a_task_learned_at_chance_because_of_the_kernel_is_named_in_one_line(cap
     images = np.random.default_rng(1).random((30, 8, 8, 1), dtype=np.float32)  # none of them in the memory
     labels = np.arange(30) % 10
     task = tf.data.Dataset.from_tensor_slices((images, labels)).batch(10)
-    accuracy, graph = model.expected_accuracy(images, labels)
+    accuracy, graph = model.accuracy_and_test_graph(images, labels)
     assert graph.shape == (30, 20) and 0 <= accuracy <= 100
     model.kernel_log_scale.assign(np.log(1e-6))  # no edge reaches the memory: a constant prediction
     line = model.learning_warning(0, images, labels)

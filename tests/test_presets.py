@@ -45,7 +45,7 @@ def test_check_config_keeps_the_preset_and_protocol_and_cuts_a_split_to_the_data
 
 def test_set_goes_over_the_preset_and_a_check_is_reused_only_with_the_same_set(tmp_path, monkeypatch):
     """``--set``: e.g. GCL's constructor defaults in place of the ConvNet preset's paper switches;
-    a finished check is reused only when it ran with the same ``--set``."""
+    a finished check is reused only when it ran with the same ``--set`` and the same preset."""
     from gcl_tf import train
 
     data = presets.Data("digits")
@@ -69,6 +69,13 @@ def test_set_goes_over_the_preset_and_a_check_is_reused_only_with_the_same_set(t
 
     monkeypatch.setattr(train, "run", no_training)
     assert presets.check(quick, "er", data, folder, overrides=["train.learning_rate=0.001"], **stream) == lower
+    with open(quick) as handle:  # the config's preset edited since: checked again
+        edited = handle.read().replace("memory_size: 200", "memory_size: 100")
+    assert edited != open(quick).read()
+    (tmp_path / "quickstart.yaml").write_text(edited)
+    with pytest.raises(AssertionError, match="ran again"):
+        presets.check(str(tmp_path / "quickstart.yaml"), "er", data, folder,
+                      overrides=["train.learning_rate=0.001"], **stream)
 
 
 def test_data_option_errors_are_one_line():

@@ -22,13 +22,14 @@ skipped, with its reason in the report, and the others are checked.
 
 Writes ``DIR/presets.json`` and ``DIR/presets.md`` (ACC, new-task accuracy and the learning check
 per config and method, what was cut or skipped); each run goes to ``DIR/runs/<config>/<method>/``
-and is reused when finished, so an interrupted check resumes. Exit status 1 when a preset does
-not learn or a config was skipped for an error.
+and is reused when finished with the same preset and ``--set``, so an interrupted check resumes.
+Exit status 1 when a preset does not learn or a config was skipped for an error.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -131,6 +132,12 @@ def data_label(data: Data) -> str:
     return f"{data.source}:{data.path}" if data.path else data.source
 
 
+def preset_of(config) -> dict:
+    """What a check of ``config`` trained with: its method, model and train sections (as JSON)."""
+    resolved = config.to_dict()
+    return json.loads(json.dumps({section: resolved[section] for section in ("method", "model", "train")}))
+
+
 def check(config_path: str, method: str, data: Data, output_dir: str, **stream) -> dict:
     """Run (or reuse) one preset check; its row of the report. A stream whose tasks have fewer
     training samples than ``samples_per_task`` is cut to the fewest a task has (the row's note)."""
@@ -138,11 +145,12 @@ def check(config_path: str, method: str, data: Data, output_dir: str, **stream) 
     from gcl_tf.data import ContinualBenchmark, make_source
 
     row_path = os.path.join(output_dir, "check.json")
+    config = check_config(config_path, method, data, **stream)
     if os.path.isfile(row_path):
         row = read_json(row_path)
-        if row.get("overrides", []) == list(stream.get("overrides", ())):  # else checked with other --set: again
+        # else checked with other --set, or the config's preset has changed since: again
+        if row.get("overrides", []) == list(stream.get("overrides", ())) and row.get("preset") == preset_of(config):
             return row
-    config = check_config(config_path, method, data, **stream)
     source = make_source(config.benchmark)
     note = ""
     wanted = config.benchmark.samples_per_task
@@ -160,7 +168,7 @@ def check(config_path: str, method: str, data: Data, output_dir: str, **stream) 
            "tasks": config.benchmark.num_tasks, "samples_per_task": config.benchmark.samples_per_task,
            "acc": float(results["acc"]), "new_task_accuracy": score, "chance": chance_accuracy,
            "threshold": threshold(chance_accuracy), "learns": ok, "note": note,
-           "overrides": list(stream.get("overrides", ()))}
+           "overrides": list(stream.get("overrides", ())), "preset": preset_of(config)}
     write_json_atomic(row_path, row)
     return row
 

@@ -118,12 +118,23 @@ class Prediction:
     ABOVE_CHANCE = 10.0  # points: a task classified below chance + this is reported
     UNIFORM_SPREAD = 0.8  # rows whose edges weigh this share of the memory alike see only its average
 
-    def expected_accuracy(self, images, labels):
-        """Accuracy (%) of the expected test graph's predictions (Bernoulli means, every class
-        allowed) on ``images`` [N, ...] with ``labels`` [N], and that graph over the filled
-        memory slots   (float, [N, C] numpy)."""
-        graph, values = self.expected_test_graph(to_float(images))
-        predicted = tf.argmax(self.classify(graph, values), axis=-1, output_type=tf.int32).numpy()
+    def accuracy_and_test_graph(self, images, labels):
+        """Accuracy (%) of GCL's predictions on ``images`` [N, ...] with ``labels`` [N] (as
+        evaluated: test graphs sampled, every class allowed), and one of those test graphs, from
+        the images to the filled memory slots   (float, [N, C] numpy). A sample, not the expected
+        graph: at a low test temperature an edge of probability 1e-5 samples to about 0."""
+        x = to_float(images)
+        predicted = tf.argmax(self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool)), axis=-1,
+                              output_type=tf.int32).numpy()
+        u_c, _ = self.embed(self._context_images(), training=False)  # [M, H]
+        u_t, _ = self.embed(x, training=False)  # [N, H]
+        logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
+        if self.stochastic_graphs:
+            noise = logistic_noise(tf.concat([[1], tf.shape(logits_e)], 0),
+                                   step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH))[0]
+            graph = relaxed_bernoulli(logits_e, self.test_temperature, noise)
+        else:
+            graph = tf.sigmoid(logits_e)
         filled = int(self.memory.num_filled.numpy())
         return 100.0 * float((predicted == labels).mean()), graph[:, :filled].numpy()
 
@@ -137,7 +148,7 @@ class Prediction:
         classes = np.unique(labels)
         if len(classes) < 2 or int(self.memory.num_filled.numpy()) < 2:
             return None  # no chance level to compare with, or no graph yet
-        accuracy, graph = self.expected_accuracy(images, labels)
+        accuracy, graph = self.accuracy_and_test_graph(images, labels)
         chance = 100.0 / len(classes)
         if accuracy >= chance + self.ABOVE_CHANCE:
             return None
@@ -185,15 +196,10 @@ class Prediction:
     def penultimate(self, x):
         """ReLU(Z), what the output head reads, with the expected test graph (Bernoulli means,
         row-normalised) from ``x`` to the memory   [N, 2H]."""
-        return tf.nn.relu(self.aggregate(*self.expected_test_graph(x)))
-
-    def expected_test_graph(self, x):
-        """The expected test graph (Bernoulli means) from ``x`` to the memory [N, M] and the
-        memory's values it aggregates [M, H + K + 1] (unfilled slots: zero rows)."""
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         u_t, _ = self.embed(x, training=False)  # [N, H]
         graph = tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale))  # [N, M]
-        return graph, self.context_values(l_c, self.memory.labels, self.memory.filled())
+        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels, self.memory.filled())))
 
     def output_layer(self):
         return self.output_head
