@@ -656,7 +656,7 @@ def test_a_bayesian_search_draws_only_its_initial_points_at_random(tmp_path, mon
 
 
 # ----------------------------------------------------------------------------- issue 22's searched configs
-@pytest.mark.parametrize("searches,folder", [("first", "configs")])
+@pytest.mark.parametrize("searches,folder", [("first", "configs"), ("20tasks", "configs-20tasks")])
 def test_the_shipped_searched_configs_are_the_searches_best_trials(tmp_path, searches, folder):
     """docs/results/search/<folder>/ (what the test runs of docs/tuning.md trained) is what
     tuned_configs.py writes: each searched key holds the best trial's value, every other key the
