@@ -470,6 +470,28 @@ def test_the_report_says_how_many_of_the_finished_trials_it_lists(finished, tmp_
         assert len(json.load(handle)["trials"]) == finished
 
 
+def test_a_search_resumes_when_its_config_starts_from_other_values_of_the_searched_keys(tmp_path):
+    """Every trial sets the searched keys, so their values in the config do not change the search:
+    a preset that takes the search's best trial keeps the search resumable (saved searches
+    recorded those values: they are dropped on both sides). Any other key is still compared."""
+    from gcl_tf import tune
+    from gcl_tf.errors import UserError
+    from gcl_tf.tune.search import _check_same_search
+
+    out = str(tmp_path / "search")
+    os.makedirs(out)
+    saved = tune.Search(TINY, output_dir=out).description()
+    assert "learning_rate" not in saved["config"]["train"] and "optimizer" not in saved["config"]["train"]
+    saved["config"]["train"]["learning_rate"] = 0.1  # as a search saved before it dropped them
+    with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
+        json.dump(saved, handle)
+    best = {**TINY, "train": {**TINY["train"], "learning_rate": 0.01, "optimizer": "adam"}}
+    _check_same_search(tune.Search(best, output_dir=out))  # no error
+    other = {**TINY, "train": {**TINY["train"], "batch_size": 20}}
+    with pytest.raises(UserError, match=r"different config \(train.batch_size: 10 then, 20 now\)"):
+        _check_same_search(tune.Search(other, output_dir=out))
+
+
 def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
     """search.json and a finished trial's results.json hold the keys of their day; a key added
     since (here train.deterministic and train.checkpoint_every, removed from what was saved)
@@ -491,10 +513,10 @@ def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
     with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
         json.dump(saved, handle)
     _check_same_search(search)  # no error
-    saved["config"]["train"]["learning_rate"] = 0.5
+    saved["config"]["method"]["memory_size"] = 60
     with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
         json.dump(saved, handle)
-    with pytest.raises(UserError, match="different config"):
+    with pytest.raises(UserError, match=r"different config \(method.memory_size: 60 then, 50 now\)"):
         _check_same_search(search)
 
     trial = config_lib.resolve(copy.deepcopy(TINY))

@@ -118,14 +118,24 @@ class Search:
 
     def description(self) -> dict:
         """What a resumed search (or a worker) must share with the search it continues."""
-        return _plain({"tuner": self.tuner, "space": self.space, "config": _searched_config(self.base.to_dict())})
+        return _plain({"tuner": self.tuner, "space": self.space,
+                       "config": _searched_config(self.base.to_dict(), self.space)})
 
 
-def _searched_config(config: dict) -> dict:
-    """A config dictionary without what does not change a search (its folder, its verbosity)."""
+def _searched_config(config: dict, searched=()) -> dict:
+    """A config dictionary without what does not change a search: its folder, its verbosity, and
+    the ``searched`` dotted keys (every trial sets them, so the values they start from do not
+    matter: a preset may take a search's best trial and the search still resumes)."""
     config = _plain(config)
     config.pop("output_dir", None)
     config.get("train", {}).pop("verbose", None)
+    for dotted in searched:
+        *parents, key = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(key, None)
     return config
 
 
@@ -199,7 +209,7 @@ def _check_same_search(search: Search) -> None:
         raise UserError(f"{path} is not valid JSON; pass --overwrite to start the search again") from None
     mine = search.description()
     if isinstance(saved.get("config"), dict):  # a key added since the search began took its default
-        saved["config"] = _searched_config(config_lib.saved_as_today(saved["config"]))
+        saved["config"] = _searched_config(config_lib.saved_as_today(saved["config"]), saved.get("space") or {})
     for part in ("tuner", "space", "config"):
         if saved.get(part) != mine[part]:
             what = part

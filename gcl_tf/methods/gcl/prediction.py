@@ -122,19 +122,21 @@ class Prediction:
         """Accuracy (%) of GCL's predictions on ``images`` [N, ...] with ``labels`` [N] (as
         evaluated: test graphs sampled, every class allowed), and one of those test graphs, from
         the images to the filled memory slots   (float, [N, C] numpy). A sample, not the expected
-        graph: at a low test temperature an edge of probability 1e-5 samples to about 0."""
-        x = to_float(images)
-        predicted = tf.argmax(self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool)), axis=-1,
-                              output_type=tf.int32).numpy()
-        u_c, _ = self.embed(self._context_images(), training=False)  # [M, H]
-        u_t, _ = self.embed(x, training=False)  # [N, H]
-        logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
-        if self.stochastic_graphs:
-            noise = logistic_noise(tf.concat([[1], tf.shape(logits_e)], 0),
-                                   step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH))[0]
-            graph = relaxed_bernoulli(logits_e, self.test_temperature, noise)
-        else:
-            graph = tf.sigmoid(logits_e)
+        graph: at a low test temperature an edge of probability 1e-5 samples to about 0. Runs on
+        the device of the model's variables (the first replica's under a strategy)."""
+        with tf.device(self.kernel_log_scale.value.device):
+            x = to_float(images)
+            predicted = tf.argmax(self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool)), axis=-1,
+                                  output_type=tf.int32).numpy()
+            u_c, _ = self.embed(self._context_images(), training=False)  # [M, H]
+            u_t, _ = self.embed(x, training=False)  # [N, H]
+            logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
+            if self.stochastic_graphs:
+                noise = logistic_noise(tf.concat([[1], tf.shape(logits_e)], 0),
+                                       step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH))[0]
+                graph = relaxed_bernoulli(logits_e, self.test_temperature, noise)
+            else:
+                graph = tf.sigmoid(logits_e)
         filled = int(self.memory.num_filled.numpy())
         return 100.0 * float((predicted == labels).mean()), graph[:, :filled].numpy()
 
