@@ -278,6 +278,20 @@ def flat_keys(data: dict, prefix: str = "") -> dict:
     return out
 
 
+def without_keys(data: dict, dotted_keys) -> dict:
+    """A copy of a config dictionary without the ``dotted_keys`` (``"train.verbose"``; absent
+    keys are no error)."""
+    out = copy.deepcopy(data)
+    for dotted in dotted_keys:
+        *parents, key = str(dotted).split(".")
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(key, None)
+    return out
+
+
 def describe_differences(before: dict, after: dict, ignored=()) -> str:
     """The dotted keys whose values differ between two config dictionaries (nested or flat;
     ``ignored`` keys and sections left out), the first three as ``key (before -> after)`` in one

@@ -179,13 +179,9 @@ def check_data(runs) -> None:
 
 # ----------------------------------------------------------------------------- running
 def _comparable(config_dict: dict) -> dict:
-    out = json.loads(json.dumps(config_dict))
-    for key in _IGNORED_KEYS:
-        node, parts = out, key.split(".")
-        for part in parts[:-1]:
-            node = node.get(part, {})
-        node.pop(parts[-1], None)
-    return out
+    from gcl_tf.config import without_keys
+
+    return without_keys(json.loads(json.dumps(config_dict)), _IGNORED_KEYS)
 
 
 def _first_difference(old, new, prefix=""):

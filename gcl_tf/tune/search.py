@@ -126,17 +126,7 @@ def _searched_config(config: dict, searched=()) -> dict:
     """A config dictionary without what does not change a search: its folder, its verbosity, and
     the ``searched`` dotted keys (every trial sets them, so the values they start from do not
     matter: a preset may take a search's best trial and the search still resumes)."""
-    config = _plain(config)
-    config.pop("output_dir", None)
-    config.get("train", {}).pop("verbose", None)
-    for dotted in searched:
-        *parents, key = dotted.split(".")
-        node = config
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(key, None)
-    return config
+    return config_lib.without_keys(_plain(config), ["output_dir", "train.verbose", *searched])
 
 
 def _finished_run(folder: str, config) -> dict | None:

@@ -79,6 +79,12 @@ class Prediction:
         V (and the context embeddings) are computed once per call, not once per sample, and
         inside an evaluation scope once per scope (ContextCache).
         """
+        return self.log_probs_of_test_graphs(*self.test_graphs(x, samples, seed), class_mask)
+
+    def test_graphs(self, x, samples=None, seed=None):
+        """What the test-time graphs from ``x`` to the memory are made of: the edge logits
+        [N, M], the memory's values V and the logistic noise of the ``samples`` graphs [S, N, M]
+        (None with deterministic graphs)."""
         samples = self.test_graph_samples if samples is None else samples
         if not self.stochastic_graphs:
             samples = 1
@@ -104,6 +110,10 @@ class Prediction:
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
+        return logits_e, values, noise
+
+    def log_probs_of_test_graphs(self, logits_e, values, noise, class_mask):
+        """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K]."""
         if noise is None:
             logits = self.classify(tf.sigmoid(logits_e)[None], values)  # [1, N, K]
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
@@ -120,23 +130,16 @@ class Prediction:
 
     def accuracy_and_test_graph(self, images, labels):
         """Accuracy (%) of GCL's predictions on ``images`` [N, ...] with ``labels`` [N] (as
-        evaluated: test graphs sampled, every class allowed), and one of those test graphs, from
-        the images to the filled memory slots   (float, [N, C] numpy). A sample, not the expected
-        graph: at a low test temperature an edge of probability 1e-5 samples to about 0. Runs on
-        the device of the model's variables (the first replica's under a strategy)."""
+        evaluated: test graphs sampled, every class allowed), and the first of those test graphs,
+        from the images to the filled memory slots   (float, [N, C] numpy). A sample, not the
+        expected graph: at a low test temperature an edge of probability 1e-5 samples to about 0.
+        Runs on the device of the model's variables (the first replica's under a strategy)."""
         with tf.device(self.kernel_log_scale.value.device):
-            x = to_float(images)
-            predicted = tf.argmax(self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool)), axis=-1,
-                                  output_type=tf.int32).numpy()
-            u_c, _ = self.embed(self._context_images(), training=False)  # [M, H]
-            u_t, _ = self.embed(x, training=False)  # [N, H]
-            logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
-            if self.stochastic_graphs:
-                noise = logistic_noise(tf.concat([[1], tf.shape(logits_e)], 0),
-                                       step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH))[0]
-                graph = relaxed_bernoulli(logits_e, self.test_temperature, noise)
-            else:
-                graph = tf.sigmoid(logits_e)
+            logits_e, values, noise = self.test_graphs(to_float(images))
+            log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, tf.ones([self.num_classes], tf.bool))
+            predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32).numpy()
+            graph = tf.sigmoid(logits_e) if noise is None else relaxed_bernoulli(logits_e, self.test_temperature,
+                                                                                 noise[0])
         filled = int(self.memory.num_filled.numpy())
         return 100.0 * float((predicted == labels).mean()), graph[:, :filled].numpy()
 
