@@ -9,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from gcl_tf.config import load_config
+from gcl_tf.config import flat_keys, load_config
 
 from conftest import REPO
 
@@ -87,7 +87,8 @@ def test_paper_settings(name):
         if method == "gcl" and name in SEARCHED_GCL:  # issue 22: the search's best trial (docs/gcl.md)
             with open(os.path.join(REPO, "docs", "results", "search", SEARCHED_GCL[name], "best.json")) as handle:
                 best = json.load(handle)["values"]
-            assert best and all(c.to_dict()[k.split(".")[0]][k.split(".")[1]] == v for k, v in best.items()), best
+            shipped = flat_keys(c.to_dict())
+            assert best and all(shipped[key] == value for key, value in best.items()), best
             assert (c.model.backbone, c.model.hidden_size, c.train.optimizer) == ("mlp", 256, "adam")
         elif method == "gcl":
             assert (c.train.optimizer, c.train.learning_rate) == ("adam", pytest.approx(1e-3))
