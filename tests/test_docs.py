@@ -87,6 +87,28 @@ def test_results_folder_is_git_ignored():
     assert proc.returncode == 0  # 0: ignored
 
 
+def test_docs_results_tracks_results_not_run_artifacts():
+    """A clone carries results (results.json, configs, tables, figures), not what a run leaves
+    behind: no TensorBoard events, checkpoints, learners or artifacts.npz are tracked under
+    docs/results, .gitignore keeps a suite from adding them back, and the folder stays small."""
+    if shutil.which("git") is None or not os.path.exists(os.path.join(REPO, ".git")):
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", "-z", "docs/results"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.split("\0")
+    tracked = [path for path in tracked if path]
+    artifacts = re.compile(r"(events\.out\.tfevents|/checkpoints/|learner\.keras|artifacts\.npz|gcl_tf\.lock)")
+    assert [path for path in tracked if artifacts.search(path)] == []
+    size = sum(os.path.getsize(os.path.join(REPO, path)) for path in tracked if os.path.exists(os.path.join(REPO, path)))
+    assert size < 10_000_000, f"tracked docs/results holds {size / 1e6:.1f} MB"
+    run = "docs/results/split_cifar10/runs/split_cifar10/gcl/seed0"
+    for made in ("events.out.tfevents.1.vm.1.0.v2", "tensorboard/train/events.out.tfevents.1.vm.1.0.v2",
+                 "checkpoints/ckpt-100.index", "learner.keras", "artifacts.npz", "gcl_tf.lock"):
+        proc = subprocess.run(["git", "check-ignore", "-q", f"{run}/{made}"], cwd=REPO)
+        assert proc.returncode == 0, made  # 0: ignored
+    proc = subprocess.run(["git", "check-ignore", "-q", f"{run}/results.json"], cwd=REPO)
+    assert proc.returncode == 1  # 1: kept
+
+
 @pytest.mark.slow
 def test_the_predict_example_classifies_real_digits(tmp_path):
     """docs/reliability.md's export-and-predict commands, run as written: the model must have seen
