@@ -86,14 +86,15 @@ class Stream:
 
 
 def _stream(protocol: str, data, seed: int, batch_size: int, eval_batch_size: int, epochs: int, **keys) -> Stream:
-    from gcl_tf.config import BenchmarkConfig, _check_range, build_dataclass
     from gcl_tf.data import ContinualBenchmark, load
+    from gcl_tf.data.config import BenchmarkConfig
+    from gcl_tf.schema import build_dataclass, check_range
 
     source = load(data) if isinstance(data, str) else data
     config = build_dataclass(BenchmarkConfig, {"name": protocol, "dataset": source.config.dataset,
                                                "source": source.config.source, **keys}, f"benchmarks.{protocol}")
     for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("epochs", epochs)):
-        _check_range(value, (1, None, False, False), f"benchmarks.{protocol}.{key}")
+        check_range(value, (1, None, False, False), f"benchmarks.{protocol}.{key}")
     return Stream(ContinualBenchmark(config, seed, source=source), batch_size, eval_batch_size, epochs, seed)
 
 

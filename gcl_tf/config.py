@@ -28,25 +28,16 @@ import yaml
 from gcl_tf import methods
 from gcl_tf.data.config import BenchmarkConfig
 from gcl_tf.errors import ConfigError
-from gcl_tf.schema import (  # noqa: F401  (re-exported: the validation of every section)
-    MemoryMethodConfig,
-    MethodConfig,
-    _check_range,
-    _coerce,
-    _describe,
-    _range,
-    _type_name,
-    build_dataclass,
-)
+from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, value_range
 
 
 @dataclass
 class ModelConfig:
     backbone: Literal["mlp", "convnet", "resnet18"] = "mlp"
     # Width of the MLP's hidden layers (GCL: also the size of its embeddings).
-    hidden_size: int = field(default=256, metadata=_range(1))
+    hidden_size: int = field(default=256, metadata=value_range(1))
     # Convolution filters (null: the paper's, 64 for convnet and 20 for resnet18).
-    filters: Optional[int] = field(default=None, metadata=_range(1))
+    filters: Optional[int] = field(default=None, metadata=value_range(1))
     # Initial weights of the Dense and Conv2D layers that keep the framework's default: keras
     # (Glorot uniform kernels, zero biases) or torch (PyTorch's nn.Linear / nn.Conv2d default,
     # U(+-1/sqrt(fan_in)) kernels and biases, as GEM's ResNet-18 and MLP were written with).
@@ -56,10 +47,10 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    batch_size: int = field(default=10, metadata=_range(1))
-    epochs: int = field(default=1, metadata=_range(1))
+    batch_size: int = field(default=10, metadata=value_range(1))
+    epochs: int = field(default=1, metadata=value_range(1))
     optimizer: Literal["sgd", "adam"] = "sgd"
-    learning_rate: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
+    learning_rate: float = field(default=0.1, metadata=value_range(0.0, lo_open=True))
     # Compile the training step with XLA: true, false, or auto (by device type: off on CPU, where
     # XLA measured slower; on on a GPU; gcl_tf/devices.py, docs/gpu.md).
     jit_compile: Union[bool, Literal["auto"]] = "auto"
@@ -67,9 +58,9 @@ class TrainConfig:
     # bfloat16); losses and GCL's graph math stay float32 (gcl_tf/precision.py, docs/gpu.md).
     mixed_precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     # Training steps run per call of the compiled function (Keras steps_per_execution).
-    steps_per_execution: int = field(default=1, metadata=_range(1))
+    steps_per_execution: int = field(default=1, metadata=value_range(1))
     # Write per-step loss terms to TensorBoard every this many steps (0: never).
-    log_every: int = field(default=10, metadata=_range(0))
+    log_every: int = field(default=10, metadata=value_range(0))
     # tf.distribute strategy: none (one device), mirrored (the local devices, or train.devices),
     # multi_worker (MultiWorkerMirroredStrategy, workers from the TF_CONFIG environment variable).
     # The batch sizes are global: they must split evenly over the replicas.
@@ -77,10 +68,10 @@ class TrainConfig:
     # Devices for distribute: mirrored, e.g. ["/cpu:0", "/cpu:1"] (null: all local GPUs, else the CPU).
     devices: Optional[list[str]] = None
     # Keras progress bar: 0 silent, 1 bar (a line per task when stdout is not a terminal), 2 a line per task.
-    verbose: int = field(default=1, metadata=_range(0, 2))
+    verbose: int = field(default=1, metadata=value_range(0, 2))
     # Save a checkpoint (DIR/checkpoints) every this many training steps, and always at the end of
     # every task; 0: only at task ends. `python -m gcl_tf.train ... --resume` continues from the last.
-    checkpoint_every: int = field(default=500, metadata=_range(0))
+    checkpoint_every: int = field(default=500, metadata=value_range(0))
     # Op determinism (tf.config.experimental.enable_op_determinism): a run is bit-identical for
     # its seed (the --deterministic option sets it).
     deterministic: bool = False
@@ -88,7 +79,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    batch_size: int = field(default=500, metadata=_range(1))
+    batch_size: int = field(default=500, metadata=value_range(1))
     # Which split fills the accuracy matrix: test, or the validation split carved from each
     # task's training data (for tuning: the test split is then never read).
     split: Literal["test", "validation"] = "test"
@@ -104,20 +95,20 @@ class TuneConfig:
     space: Optional[dict] = None
     tuner: Literal["grid", "random", "bayesian"] = "grid"
     # Trials at most (null: the whole grid; 10 for random and bayesian).
-    max_trials: Optional[int] = field(default=None, metadata=_range(1))
+    max_trials: Optional[int] = field(default=None, metadata=value_range(1))
     # bayesian: random trials before the Gaussian process picks the next ones (null: 3 per
     # searched key, but at most a third of max_trials and at least 3; KerasTuner's own default,
     # 3 per key, would leave a 24-trial search of 8 keys nothing but random trials).
-    initial_points: Optional[int] = field(default=None, metadata=_range(1))
+    initial_points: Optional[int] = field(default=None, metadata=value_range(1))
     # Validation share of each task's training samples used when benchmark.validation_fraction
     # is 0 (a search always scores trials on validation splits, never on the test split).
-    validation_fraction: float = field(default=0.1, metadata=_range(0.0, 1.0, lo_open=True, hi_open=True))
+    validation_fraction: float = field(default=0.1, metadata=value_range(0.0, 1.0, lo_open=True, hi_open=True))
 
 
 @dataclass
 class Config:
     # Seeds NumPy, TensorFlow and Keras, which take 0 .. 2**32 - 1.
-    seed: int = field(default=0, metadata=_range(0, 2**32 - 1))
+    seed: int = field(default=0, metadata=value_range(0, 2**32 - 1))
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -202,11 +193,11 @@ def resolve(raw: dict, overrides=()) -> Config:
         raise ConfigError("presets: expected a mapping from method name to settings")
     method_raw = raw.get("method") or {}
     if not isinstance(method_raw, dict):
-        raise ConfigError(f"method: expected a mapping of keys, got {_describe(method_raw)}")
+        raise ConfigError(f"method: expected a mapping of keys, got {describe_value(method_raw)}")
     name = method_raw.get("name", MethodConfig.name)
     allowed = ", ".join(methods.names())
     if not isinstance(name, str) or name not in methods.names():
-        raise ConfigError(f"method.name: {_describe(name)} is not allowed; allowed: {allowed}")
+        raise ConfigError(f"method.name: {describe_value(name)} is not allowed; allowed: {allowed}")
     for preset_name, preset in presets.items():
         if preset_name not in methods.names():
             raise ConfigError(f"presets.{preset_name}: unknown method; allowed: {allowed}")

@@ -28,9 +28,9 @@ PACKAGE = "gcl_tf"
 # the methods (read from their registry, gcl_tf/methods/__init__.py) and the layers of the
 # backbones. tests/test_api.py checks that it is complete.
 def _classes() -> dict:
-    from gcl_tf.methods import _MODULES  # the registry: no TensorFlow, no Keras
+    from gcl_tf.methods import REGISTRY  # the registry: no TensorFlow, no Keras
 
-    return {**{cls: module for module, cls in _MODULES.values()},
+    return {**{cls: module for module, cls in REGISTRY.values()},
             "FusedBatchNormalization": "gcl_tf.backbones",
             "ContinualModel": "gcl_tf.methods.base"}  # the methods' base class (registered like them)
 

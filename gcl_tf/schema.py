@@ -2,7 +2,7 @@
 
 A config section is a dataclass; :func:`build_dataclass` builds one from a mapping, checking
 each key against the field's type annotation (``Literal``, ``Optional``, numbers, lists,
-mappings) and its range (``field(metadata=_range(lo, hi))``), and raising a
+mappings) and its range (``field(metadata=value_range(lo, hi))``), and raising a
 :class:`~gcl_tf.errors.ConfigError` that names the key and what is allowed. The methods declare
 their keys here too (:class:`MethodConfig`), so that the run's config (:mod:`gcl_tf.config`) and
 the methods (:mod:`gcl_tf.methods`) both build on this module and neither imports the other's
@@ -22,7 +22,7 @@ from typing import Any, Literal
 from gcl_tf.errors import ConfigError
 
 
-def _range(lo=None, hi=None, lo_open=False, hi_open=False):
+def value_range(lo=None, hi=None, lo_open=False, hi_open=False):
     """Field metadata for a numeric range check."""
     return {"range": (lo, hi, lo_open, hi_open)}
 
@@ -41,7 +41,7 @@ class MemoryMethodConfig(MethodConfig):
 
     # Samples the episodic memory holds, over all tasks (GEM, A-GEM: split evenly across tasks;
     # iCaRL: across its exemplar sets).
-    memory_size: int = field(default=1000, metadata=_range(1))
+    memory_size: int = field(default=1000, metadata=value_range(1))
 
     def __init_subclass__(cls, **kwargs):
         """A method's config inherits ``memory_size`` and does not declare it again (one range,
@@ -55,13 +55,13 @@ class MemoryMethodConfig(MethodConfig):
 
 
 
-def _type_name(tp) -> str:
+def type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
+        return " or ".join(type_name(a) for a in args) + " or null"
     if origin in (list, tuple):
         return "a list"
     if origin is dict or tp is dict:
@@ -71,11 +71,11 @@ def _type_name(tp) -> str:
     )
 
 
-def _describe(value) -> str:
+def describe_value(value) -> str:
     return "null" if value is None else repr(value)
 
 
-def _coerce(value, tp, key: str):
+def coerce(value, tp, key: str):
     """Check ``value`` against the annotation ``tp``; return the (possibly converted) value."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -87,25 +87,25 @@ def _coerce(value, tp, key: str):
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, key)
+                return coerce(value, arg, key)
             except ConfigError as error:
                 errors.append(error)
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
+        raise ConfigError(f"{key}: expected {type_name(tp)}, got {describe_value(value)}")
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
             raise ConfigError(
-                f"{key}: {_describe(value)} is not allowed; allowed: {', '.join(str(a) for a in allowed)}"
+                f"{key}: {describe_value(value)} is not allowed; allowed: {', '.join(str(a) for a in allowed)}"
             )
         return value
     if origin in (list, tuple):
         (item_tp,) = typing.get_args(tp)[:1] or (Any,)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
-        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+            raise ConfigError(f"{key}: expected a list, got {describe_value(value)}")
+        return [coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {_describe(value)}")
+            raise ConfigError(f"{key}: expected a mapping, got {describe_value(value)}")
         return copy.deepcopy(value)
     if tp is Any:
         return value
@@ -129,10 +129,10 @@ def _coerce(value, tp, key: str):
     elif tp is str:
         if isinstance(value, str):
             return value
-    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {_describe(value)}")
+    raise ConfigError(f"{key}: expected {type_name(tp)}, got {describe_value(value)}")
 
 
-def _check_range(value, spec, key):
+def check_range(value, spec, key):
     if value is None or isinstance(value, str):  # a named choice of a number-or-name key ("median")
         return
     lo, hi, lo_open, hi_open = spec
@@ -154,7 +154,7 @@ def build_dataclass(cls, data, prefix: str):
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a mapping of keys, got {_describe(data)}")
+        raise ConfigError(f"{prefix}: expected a mapping of keys, got {describe_value(data)}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
@@ -170,8 +170,8 @@ def build_dataclass(cls, data, prefix: str):
         if dataclasses.is_dataclass(tp):
             kwargs[f.name] = build_dataclass(tp, data[f.name], key)
             continue
-        value = _coerce(data[f.name], tp, key)
+        value = coerce(data[f.name], tp, key)
         if "range" in f.metadata:
-            _check_range(value, f.metadata["range"], key)
+            check_range(value, f.metadata["range"], key)
         kwargs[f.name] = value
     return cls(**kwargs)

@@ -104,7 +104,7 @@ def test_constructor_keywords_are_the_config_keys_with_their_defaults():
     """Every method's constructor takes each key of its Config with the same default, so the CLI
     (methods.build) and the API build the same method; memory_size is declared once; the model's
     name is the registry key; the public gcl_tf.<Name> is the registry's class."""
-    from gcl_tf.config import MemoryMethodConfig
+    from gcl_tf.schema import MemoryMethodConfig
 
     for name in methods.names():
         module, cls = methods.module(name), methods.method_class(name)

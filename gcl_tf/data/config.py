@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from gcl_tf.schema import _range
+from gcl_tf.schema import value_range
 
 
 @dataclass
@@ -21,27 +21,27 @@ class BenchmarkConfig:
     # idx: folder with MNIST-format files; npz: a .npz file; folder: a root with train/ and test/;
     # tfds: optional TFDS data_dir.
     path: Optional[str] = None
-    num_tasks: int = field(default=20, metadata=_range(1))
+    num_tasks: int = field(default=20, metadata=value_range(1))
     # The protocol's tasks this run learns, by index (0 .. num_tasks - 1), in the order given
     # (null: all of them). Task t is the same data whichever tasks run with it, so a stream can be
     # learned in parts: tasks [0, 1] now, and later, from that run's learner (init_from), [2, 3].
     tasks: Optional[list[int]] = None
     # Training samples drawn per task (null: all the task's training samples).
-    samples_per_task: Optional[int] = field(default=1000, metadata=_range(1))
+    samples_per_task: Optional[int] = field(default=1000, metadata=value_range(1))
     # Test samples per task (null: the task's whole test split).
-    test_samples_per_task: Optional[int] = field(default=None, metadata=_range(1))
-    classes_per_task: int = field(default=2, metadata=_range(1))
+    test_samples_per_task: Optional[int] = field(default=None, metadata=value_range(1))
+    classes_per_task: int = field(default=2, metadata=value_range(1))
     # Number of classes (null: inferred from the source).
-    num_classes: Optional[int] = field(default=None, metadata=_range(2))
+    num_classes: Optional[int] = field(default=None, metadata=value_range(2))
     # Multi-head (task-aware test): predictions restricted to the task's classes.
     multi_head: bool = False
     # Fraction of each task's training samples held out as its validation split.
-    validation_fraction: float = field(default=0.0, metadata=_range(0.0, 1.0, hi_open=True))
+    validation_fraction: float = field(default=0.0, metadata=value_range(0.0, 1.0, hi_open=True))
     # Rotated protocol: task t's angle is drawn uniformly from [t R / T, (t + 1) R / T) degrees,
     # R = max_rotation, T = num_tasks (rising angles, as GEM builds Rotated MNIST).
-    max_rotation: float = field(default=180.0, metadata=_range(0.0, 360.0, lo_open=True))
+    max_rotation: float = field(default=180.0, metadata=value_range(0.0, 360.0, lo_open=True))
     # Resize images to image_size x image_size (folder source; null keeps the native size).
-    image_size: Optional[int] = field(default=None, metadata=_range(1))
+    image_size: Optional[int] = field(default=None, metadata=value_range(1))
     color_mode: Literal["rgb", "grayscale"] = "rgb"
     # Training-time augmentation, applied to the stream before the model (so a memory stores the
     # augmented copy), never at test time. flip: a random horizontal flip of each training image

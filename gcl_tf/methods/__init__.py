@@ -1,4 +1,4 @@
-"""Continual-learning methods: one module each, registered by name in :data:`_MODULES`.
+"""Continual-learning methods: one module each, registered by name in :data:`REGISTRY`.
 
 A method is its module plus one line here: ``"key": ("module", "ClassName")``. The module defines
 ``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig` with the method's keys,
@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 import inspect
 
-_MODULES = {
+REGISTRY = {
     "finetune": ("gcl_tf.methods.finetune", "Finetune"),
     "er": ("gcl_tf.methods.er", "ER"),
     "gcl": ("gcl_tf.methods.gcl", "GCL"),
@@ -31,18 +31,18 @@ _MODULES = {
 
 def names() -> list[str]:
     """Names of the methods whose module is present."""
-    return [name for name, (module, _) in _MODULES.items() if importlib.util.find_spec(module) is not None]
+    return [name for name, (module, _) in REGISTRY.items() if importlib.util.find_spec(module) is not None]
 
 
 def exports() -> dict:
     """``{public class name: (module, class name)}``: the ``gcl_tf.<Name>`` of every method."""
-    return {cls: (module, cls) for module, cls in _MODULES.values()}
+    return {cls: (module, cls) for module, cls in REGISTRY.values()}
 
 
 def registered_as(cls) -> str | None:
     """The registry key of ``cls`` itself (defined in its registry module or a module of that
     package), else None."""
-    for name, (module, class_name) in _MODULES.items():
+    for name, (module, class_name) in REGISTRY.items():
         if cls.__name__ == class_name and (cls.__module__ == module or cls.__module__.startswith(module + ".")):
             return name
     return None
@@ -55,7 +55,7 @@ def registry_name(cls) -> str | None:
 
 
 def module(name: str):
-    return importlib.import_module(_MODULES[name][0])
+    return importlib.import_module(REGISTRY[name][0])
 
 
 def config_class(name: str):
@@ -63,7 +63,7 @@ def config_class(name: str):
 
 
 def method_class(name: str):
-    return getattr(module(name), _MODULES[name][1])
+    return getattr(module(name), REGISTRY[name][1])
 
 
 def distributed_names() -> list[str]:

@@ -33,14 +33,14 @@ from gcl_tf.methods.common import (
     flatten,
     unflatten,
 )
-from gcl_tf.schema import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, value_range
 
 
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "agem"
     # Memory samples behind the reference gradient (the original's eps_mem_batch, 256).
-    agem_batch_size: int = field(default=256, metadata=_range(1))
+    agem_batch_size: int = field(default=256, metadata=value_range(1))
 
 
 # ----------------------------------------------------------------------------- pure math

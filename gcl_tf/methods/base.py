@@ -88,11 +88,11 @@ def settings_class(cls):
     """A method class's ``Config``: for the nearest class in its ancestry (itself first) that is
     registered, its registry module's (what the CLI builds), or that defines one in its own
     module, that ``Config`` (a subclass without one keeps its parent's); None when none has."""
-    from gcl_tf.methods import _MODULES, registered_as
+    from gcl_tf.methods import REGISTRY, registered_as
 
     for klass in cls.__mro__:
         key = registered_as(klass)
-        module = sys.modules.get(_MODULES[key][0] if key is not None else klass.__module__)
+        module = sys.modules.get(REGISTRY[key][0] if key is not None else klass.__module__)
         config = getattr(module, "Config", None)
         if isinstance(config, type) and issubclass(config, MethodConfig) and dataclasses.is_dataclass(config):
             return config

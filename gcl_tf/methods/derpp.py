@@ -23,7 +23,7 @@ from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy
 from gcl_tf.precision import float32
-from gcl_tf.schema import _range
+from gcl_tf.schema import value_range
 
 SALT_SECOND_REPLAY = 103  # the second replay batch's random stream (the first: memory.SALT_REPLAY)
 
@@ -32,9 +32,9 @@ SALT_SECOND_REPLAY = 103  # the second replay batch's random stream (the first: 
 class Config(er.Config):  # memory_size, replay_batch_size (ER's)
     name: str = "derpp"
     # Weight of the logit-matching term (the paper's Seq-CIFAR-10 value for a 200-sample buffer).
-    alpha: float = field(default=0.1, metadata=_range(0.0))
+    alpha: float = field(default=0.1, metadata=value_range(0.0))
     # Weight of the replayed labels' cross-entropy (the same setting's).
-    beta: float = field(default=0.5, metadata=_range(0.0))
+    beta: float = field(default=0.5, metadata=value_range(0.0))
 
 
 def logit_mse(logits, stored):

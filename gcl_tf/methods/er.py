@@ -15,14 +15,14 @@ from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, replay_batch
 from gcl_tf.methods.base import ContinualModel, cross_entropy
-from gcl_tf.schema import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, value_range
 
 
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "er"
     # Samples replayed from memory per step (null: the training batch size).
-    replay_batch_size: Optional[int] = field(default=None, metadata=_range(1))
+    replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
 
 class ER(ContinualModel):

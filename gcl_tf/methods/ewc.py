@@ -32,17 +32,17 @@ import tensorflow as tf
 from gcl_tf.backbones import classifier
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import TaskClasses, collect_dataset
-from gcl_tf.schema import MethodConfig, _range
+from gcl_tf.schema import MethodConfig, value_range
 
 
 @dataclass
 class Config(MethodConfig):
     name: str = "ewc"
     # Penalty strength (the GCL paper's best: 10 on MNIST variants, 100 on the other benchmarks).
-    ewc_lambda: float = field(default=10.0, metadata=_range(0.0))
+    ewc_lambda: float = field(default=10.0, metadata=value_range(0.0))
     # Samples of each finished task (its first ones in stream order) used to estimate the Fisher
     # (GEM's n_memories; 50 = the paper's 1000-sample budget over 20 tasks).
-    fisher_samples: int = field(default=50, metadata=_range(1))
+    fisher_samples: int = field(default=50, metadata=value_range(1))
     # squared_mean: square of the gradient of the mean loss (the GEM repository's code, which the
     # GCL paper ran and tuned ewc_lambda on); empirical: mean of squared per-sample gradients (the
     # EWC paper; far larger, so the paper's ewc_lambda makes SGD diverge after ~10 tasks).

@@ -32,7 +32,7 @@ from gcl_tf.methods.common import (
     num_elements,
     unflatten,
 )
-from gcl_tf.schema import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, value_range
 
 #: Ridge added to the QP's Gram matrix, as in the GEM repository's ``project2cone2``.
 GEM_EPS = 1e-3
@@ -42,7 +42,7 @@ GEM_EPS = 1e-3
 class Config(MemoryMethodConfig):
     name: str = "gem"
     # GEM's memory strength (the GCL paper's best: 0.5 on MNIST variants, 1.0 elsewhere).
-    margin: float = field(default=0.5, metadata=_range(0.0))
+    margin: float = field(default=0.5, metadata=value_range(0.0))
 
 
 # ----------------------------------------------------------------------------- pure math

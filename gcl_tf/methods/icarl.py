@@ -42,14 +42,14 @@ from gcl_tf.memory import (
 from gcl_tf.methods.base import NEG_INF, ContinualModel
 from gcl_tf.methods.common import collect_dataset
 from gcl_tf.precision import float32
-from gcl_tf.schema import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, value_range
 
 
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "icarl"  # memory_size: exemplars, split evenly across the exemplar sets seen so far
     # Exemplars replayed with each incoming batch (null: the training batch size).
-    replay_batch_size: Optional[int] = field(default=None, metadata=_range(1))
+    replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
 
 def check_exemplar_sets(memory_size: int, sets: int, key: str = "method.memory_size") -> None:

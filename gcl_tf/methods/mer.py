@@ -34,20 +34,20 @@ from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
-from gcl_tf.schema import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, value_range
 
 
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "mer"  # memory_size: the reservoir memory (the original's --memories)
     # Memory samples added to the incoming example in each batch (the original's --replay_batch_size).
-    replay_batch_size: int = field(default=10, metadata=_range(1))
+    replay_batch_size: int = field(default=10, metadata=value_range(1))
     # Batches per incoming example, s (the original's --batches_per_example).
-    batches_per_example: int = field(default=10, metadata=_range(1))
+    batches_per_example: int = field(default=10, metadata=value_range(1))
     # Within-batch meta-learning rate (the GCL paper's best: 0.01).
-    beta: float = field(default=0.01, metadata=_range(0.0, lo_open=True))
+    beta: float = field(default=0.01, metadata=value_range(0.0, lo_open=True))
     # Across-batch meta-learning rate (1.0 in all the original's MER Algorithm 1 runs).
-    gamma: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    gamma: float = field(default=1.0, metadata=value_range(0.0, lo_open=True))
 
     def check(self, config):
         if config.train.optimizer != "sgd":

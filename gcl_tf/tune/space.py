@@ -8,7 +8,7 @@ import types
 import typing
 
 from gcl_tf.errors import ConfigError
-from gcl_tf.schema import _check_range, _coerce, _describe, _type_name
+from gcl_tf.schema import check_range, coerce, describe_value, type_name
 
 # The GCL paper's appendix "Hyper-parameters" grids (after GEM's): optimizer and learning rate for
 # every method, plus a method's own keys, which its class declares (``tune_grid``: EWC's
@@ -74,11 +74,11 @@ def _choices(values, tp, metadata, where: str) -> list:
     out = []
     for i, value in enumerate(values):
         if value is None:
-            allowed = _type_name(tp).replace(' or null', '')
+            allowed = type_name(tp).replace(' or null', '')
             raise ConfigError(f"{where}[{i}]: null cannot be a choice; allowed: {allowed}")
-        value = _coerce(value, tp, f"{where}[{i}]")
+        value = coerce(value, tp, f"{where}[{i}]")
         if "range" in metadata:
-            _check_range(value, metadata["range"], f"{where}[{i}]")
+            check_range(value, metadata["range"], f"{where}[{i}]")
         if value in out and type(value) is type(out[out.index(value)]):
             raise ConfigError(f"{where}[{i}]: {value!r} is listed twice; allowed: distinct values")
         out.append(value)
@@ -93,24 +93,24 @@ def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
         raise ConfigError(f"{where}: unknown range key '{unknown[0]}'; allowed: {', '.join(_RANGE_KEYS)}")
     base = _numeric_base(tp)
     if base is None:
-        raise ConfigError(f"{where}: a range needs a numeric key, this one takes {_type_name(tp)}; "
+        raise ConfigError(f"{where}: a range needs a numeric key, this one takes {type_name(tp)}; "
                           "give a list of values")
     out = {}
     for bound in ("min", "max"):
         if spec.get(bound) is None:
             raise ConfigError(f"{where}: a range needs '{bound}'; allowed keys: {', '.join(_RANGE_KEYS)}")
-        out[bound] = _coerce(spec[bound], base, f"{where}.{bound}")
+        out[bound] = coerce(spec[bound], base, f"{where}.{bound}")
         if "range" in metadata:
-            _check_range(out[bound], metadata["range"], f"{where}.{bound}")
+            check_range(out[bound], metadata["range"], f"{where}.{bound}")
     if not out["min"] < out["max"]:
         raise ConfigError(f"{where}: min {out['min']!r} is not below max {out['max']!r}; allowed: min < max")
-    out["log"] = _coerce(spec.get("log", False), bool, f"{where}.log")
+    out["log"] = coerce(spec.get("log", False), bool, f"{where}.log")
     if out["log"] and out["min"] <= 0:
         raise ConfigError(f"{where}.log: a log range needs min > 0, got {out['min']!r}")
     step = spec.get("step")
     if step is not None:
-        step = _coerce(step, base, f"{where}.step")
-        _check_range(step, (0, None, True, False), f"{where}.step")
+        step = coerce(step, base, f"{where}.step")
+        check_range(step, (0, None, True, False), f"{where}.step")
     out["step"] = step
     return out
 
@@ -125,7 +125,7 @@ def search_space(config, space, tuner: str = "grid", where: str = "tune.space") 
     if not isinstance(space, dict) or not space:
         raise ConfigError(
             f"{where}: expected a non-empty mapping from dotted config keys to lists of values "
-            f"or {{min, max}} ranges, got {_describe(space)}"
+            f"or {{min, max}} ranges, got {describe_value(space)}"
         )
     keys = tunable_keys(config)
     out = {}
@@ -142,5 +142,6 @@ def search_space(config, space, tuner: str = "grid", where: str = "tune.space") 
                                   "allowed for grid: a list of values")
             out[key] = _numeric_range(spec, tp, metadata, name)
         else:
-            raise ConfigError(f"{name}: expected a list of values or a range {{min, max, log}}, got {_describe(spec)}")
+            raise ConfigError(f"{name}: expected a list of values or a range {{min, max, log}}, "
+                              f"got {describe_value(spec)}")
     return out

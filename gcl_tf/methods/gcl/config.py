@@ -6,21 +6,21 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
 from gcl_tf.errors import ConfigError
-from gcl_tf.schema import MemoryMethodConfig, _range
+from gcl_tf.schema import MemoryMethodConfig, value_range
 
 
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "gcl"
     # Weight of the context cross-entropy (the target cross-entropy has weight 1).
-    context_lambda: float = field(default=1.0, metadata=_range(0.0))
+    context_lambda: float = field(default=1.0, metadata=value_range(0.0))
     # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
-    graph_lambda: float = field(default=50.0, metadata=_range(0.0))
+    graph_lambda: float = field(default=50.0, metadata=value_range(0.0))
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.
     # null: the paper (every context whose loss rose above its best is held).
-    regularize_below: Optional[float] = field(default=1.0, metadata=_range(0.0, lo_open=True))
+    regularize_below: Optional[float] = field(default=1.0, metadata=value_range(0.0, lo_open=True))
     # The RBF kernel's initial width w = exp(s) in log k = -0.5 ||u_i - u_j||^2 / w (s is learned;
     # our extension, docs/gcl.md). The trunks differ in scale (an MLP's edge embeddings start ~10
     # apart, the ConvNet's ~200), so no constant width serves them all:
@@ -31,18 +31,18 @@ class Config(MemoryMethodConfig):
     # - null: sqrt(hidden_size), as the authors initialise it (the paper's GCL; every edge near 1
     #   with the MLP).
     kernel_width: Optional[Union[float, Literal["median"]]] = field(default="median",
-                                                                   metadata=_range(0.0, lo_open=True))
+                                                                   metadata=value_range(0.0, lo_open=True))
     # With kernel_width: median, the edge probability a pair of contexts at their median squared
     # distance d^2 starts at: the width is d^2 / (-2 log kernel_start_edge). 0.1 learned with every
     # trunk and stream measured (docs/gcl.md); exp(-1/2) = 0.61: the plain median heuristic.
-    kernel_start_edge: float = field(default=0.1, metadata=_range(0.0, 1.0, lo_open=True, hi_open=True))
+    kernel_start_edge: float = field(default=0.1, metadata=value_range(0.0, 1.0, lo_open=True, hi_open=True))
     # Relaxed-Bernoulli temperatures: context graph G (paper: 0.1 MNIST-like, 1 RGB) and
     # context-target graph A (paper: 5); test-time graphs (authors' code: 0.1).
-    context_temperature: float = field(default=1.0, metadata=_range(0.0, lo_open=True))
-    target_temperature: float = field(default=5.0, metadata=_range(0.0, lo_open=True))
-    test_temperature: float = field(default=0.1, metadata=_range(0.0, lo_open=True))
+    context_temperature: float = field(default=1.0, metadata=value_range(0.0, lo_open=True))
+    target_temperature: float = field(default=5.0, metadata=value_range(0.0, lo_open=True))
+    test_temperature: float = field(default=0.1, metadata=value_range(0.0, lo_open=True))
     # Graph samples averaged at test time (paper: 30).
-    test_graph_samples: int = field(default=30, metadata=_range(1))
+    test_graph_samples: int = field(default=30, metadata=value_range(1))
     # Also evaluate with each of these numbers of test graph samples at every task end, in the
     # same run (results.json: evaluations.one_sample for 1, evaluations.<k>_samples otherwise):
     # the paper's ablation column "one test sample" needs no training of its own. []: none.
@@ -55,7 +55,7 @@ class Config(MemoryMethodConfig):
     # Attend to this many memory samples, drawn anew each step, instead of the whole memory, so
     # that a step's cost no longer grows with the memory (needs edge_memory: embeddings).
     # null: the whole memory (the paper).
-    context_batch: Optional[int] = field(default=None, metadata=_range(1))
+    context_batch: Optional[int] = field(default=None, metadata=value_range(1))
     # The graph regulariser's mean over the held block of context pairs includes each held context's
     # pair with itself (the paper's p(G) is over every i, k in C; the authors average so). false: the
     # pairs i != k only (gcl_tf until issue 23; m / (m - 1) times the loss with m contexts held).
