@@ -979,3 +979,29 @@ def test_gcl_takes_any_trunk_from_a_config():
     for x, y in batches(2, seed=7):
         logs = model.train_step((x, y))
     assert bool(model.kernel_width_set.numpy()) and np.isfinite(float(logs["loss"]))
+
+
+def test_the_task_end_check_and_evaluation_log_no_tensorflow_warning(monkeypatch):
+    """GCL's task-end check runs eagerly: its test graph samples must not ask tf.map_fn for
+    parallel iterations there ("Setting parallel_iterations > 1 has no effect when executing
+    eagerly", once in every run); in a graph (evaluate) they still run 4 at a time."""
+    import logging
+
+    from tensorflow.python.platform import tf_logging
+
+    from gcl_tf.methods.gcl.prediction import map_parallel_iterations
+
+    monkeypatch.setattr(tf_logging, "_log_counter_per_token", {})  # TF logs it once per process
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    tf.get_logger().addHandler(handler)
+    try:
+        model, stream = _small_gcl()
+        model.fit(stream, verbose=0)
+        model.on_task_end(0, stream)
+        model.evaluate(stream, verbose=0)
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert [record.getMessage() for record in records] == []
+    assert map_parallel_iterations() == 1 and tf.function(map_parallel_iterations)() == 4

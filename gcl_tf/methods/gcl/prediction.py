@@ -33,6 +33,13 @@ def first_examples(dataset, count: int):
     return np.concatenate(images)[:count], np.concatenate(labels)[:count]
 
 
+def map_parallel_iterations() -> int:
+    """``tf.map_fn``'s parallel_iterations for the test graph samples: 4 in a graph (evaluation,
+    predict, serving); 1 when executing eagerly (the task-end check), where iterations run one by
+    one anyway and asking for more makes TensorFlow log a warning in every run."""
+    return 1 if tf.executing_eagerly() else 4
+
+
 class Prediction:
     """GCL's prediction and evaluation methods (a mixin: the model, memory, heads and caches are
     :class:`~gcl_tf.methods.gcl.model.GCL`'s)."""
@@ -119,7 +126,8 @@ class Prediction:
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
             logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, self.test_temperature, eps),
                                                          values),
-                               noise, parallel_iterations=4, fn_output_signature=tf.float32)  # [S, N, K]
+                               noise, parallel_iterations=map_parallel_iterations(),
+                               fn_output_signature=tf.float32)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         return average_log_probs(log_probs)
 
