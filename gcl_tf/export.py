@@ -32,7 +32,6 @@ from gcl_tf.quiet import import_tensorflow
 
 METADATA = "metadata.json"
 SIGNATURE = "serving_default"
-SALT_SERVING = 301  # the stateless random stream of the serving seed
 
 
 def serving_seed(seed):
@@ -40,9 +39,10 @@ def serving_seed(seed):
     what to pass as ``predict_log_probs(..., seed=...)`` to reproduce an exported prediction."""
     import tensorflow as tf
 
+    from gcl_tf import salts
     from gcl_tf.memory import step_seed
 
-    return step_seed(0, tf.cast(seed, tf.int64), SALT_SERVING)
+    return step_seed(0, tf.cast(seed, tf.int64), salts.SERVING)
 
 
 def takes_seed(model) -> bool:

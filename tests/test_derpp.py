@@ -57,8 +57,7 @@ def derpp_step(W, b, x, y, x1, stored1, x2, y2):
 def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it():
     import tensorflow as tf
 
-    from gcl_tf.memory import SALT_REPLAY
-    from gcl_tf.methods.derpp import SALT_SECOND_REPLAY
+    from gcl_tf import salts
 
     model = linear_derpp()
     rng = np.random.default_rng(0)
@@ -69,8 +68,8 @@ def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it
         memory = {f: v.numpy() for f, v in model.memory.fields().items()}
         step = model.step_counter.numpy()
         incoming = model.memory.reservoir_slots(3).numpy()  # where this batch will go
-        first = model.memory.sample(2, step, SALT_REPLAY)
-        second = model.memory.sample(2, step, SALT_SECOND_REPLAY)
+        first = model.memory.sample(2, step, salts.REPLAY)
+        second = model.memory.sample(2, step, salts.SECOND_REPLAY)
         s1, s2 = (d["slots"].numpy()[d["ok"].numpy()] for d in (first, second))
         if i == 0:
             assert len(s1) == len(s2) == 0  # an empty memory: the stream's cross-entropy alone

@@ -7,6 +7,7 @@ import keyword
 
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.distribute import num_replicas, replica_rows
 from gcl_tf.memory.state import (
     sample_without_replacement,
@@ -14,11 +15,6 @@ from gcl_tf.memory.state import (
     state_variable,
     step_seed,
 )
-
-# Salts for the stateless random streams of different purposes (a method drawing a second,
-# independent replay batch in the same step takes a salt of its own).
-SALT_RESERVOIR = 101
-SALT_REPLAY = 102
 
 
 def reservoir_slots(num_seen, batch_size: int, capacity: int, seed) -> tf.Tensor:
@@ -86,7 +82,7 @@ class ReservoirMemory(tf.Module):
         return tf.range(self.capacity) < self.num_filled
 
     def reservoir_slots(self, batch_size: int) -> tf.Tensor:
-        seed = step_seed(self.seed, self.num_seen, SALT_RESERVOIR)
+        seed = step_seed(self.seed, self.num_seen, salts.RESERVOIR)
         return reservoir_slots(self.num_seen, batch_size, self.capacity, seed)
 
     def write(self, slots, images, labels, **extra) -> None:
@@ -111,7 +107,7 @@ class ReservoirMemory(tf.Module):
         self.write(slots, images, labels, **extra)
         return slots
 
-    def sample(self, k: int, counter, salt: int = SALT_REPLAY) -> dict:
+    def sample(self, k: int, counter, salt: int = salts.REPLAY) -> dict:
         """``k`` distinct stored samples, drawn from the run's seed, ``counter`` and ``salt``:
         ``{"slots": [k] int32, "ok": [k] bool, "images": [k, ...], "labels": [k], <extra>: [k,
         ...]}``; ``ok`` is False for draws beyond the filled slots (their values are to be
@@ -124,7 +120,7 @@ class ReservoirMemory(tf.Module):
         return drawn
 
 
-def replay_batch(memory: ReservoirMemory, size: int, counter, salt: int = SALT_REPLAY) -> dict:
+def replay_batch(memory: ReservoirMemory, size: int, counter, salt: int = salts.REPLAY) -> dict:
     """This replica's part of a replay batch of ``size`` samples (over all replicas), as
     :meth:`ReservoirMemory.sample` returns it.
 

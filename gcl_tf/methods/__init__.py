@@ -1,10 +1,11 @@
 """Continual-learning methods: one module each, registered by name in :data:`REGISTRY`.
 
-A method is its module plus one line here: ``"key": ("module", "ClassName")``. The module defines
+A method is its module plus one line here: ``"key": ("module", "ClassName")``, placed where its
+row goes in the benchmark's tables and figures. The module defines
 ``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig` with the method's keys,
 their ranges and defaults) and the class, a :class:`gcl_tf.methods.base.ContinualModel` whose
 constructor takes those keys as keywords. Everything else is read from the class: the public
-name ``gcl_tf.<ClassName>``, the tuner's default space, distribution and precision support and
+name ``gcl_tf.<ClassName>``, its label in tables, the tuner's default space, distribution and precision support and
 the memory estimate (docs/api.md, "Adding a method"). Modules are imported on first use; this
 file imports nothing heavy (``import gcl_tf`` reads the registry without TensorFlow).
 """
@@ -14,18 +15,20 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import sys
 
-REGISTRY = {
+REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's method, last)
     "finetune": ("gcl_tf.methods.finetune", "Finetune"),
-    "er": ("gcl_tf.methods.er", "ER"),
-    "gcl": ("gcl_tf.methods.gcl", "GCL"),
     "ewc": ("gcl_tf.methods.ewc", "EWC"),
+    "icarl": ("gcl_tf.methods.icarl", "ICaRL"),
     "gem": ("gcl_tf.methods.gem", "GEM"),
     "agem": ("gcl_tf.methods.agem", "AGEM"),
+    "er": ("gcl_tf.methods.er", "ER"),
     "mer": ("gcl_tf.methods.mer", "MER"),
-    "icarl": ("gcl_tf.methods.icarl", "ICaRL"),
     "derpp": ("gcl_tf.methods.derpp", "DERPP"),
     "er_ace": ("gcl_tf.methods.er_ace", "ERACE"),
+    "mir": ("gcl_tf.methods.mir", "MIR"),
+    "gcl": ("gcl_tf.methods.gcl", "GCL"),
 }
 
 
@@ -64,6 +67,43 @@ def config_class(name: str):
 
 def method_class(name: str):
     return getattr(module(name), REGISTRY[name][1])
+
+
+def settings_class(cls):
+    """A method class's ``Config``: for the nearest class in its ancestry (itself first) that is
+    registered, its registry module's (what the CLI builds), or that defines one in its own
+    module, that ``Config`` (a subclass without one keeps its parent's); None when none has."""
+    from gcl_tf.schema import MethodConfig
+
+    for klass in cls.__mro__:
+        key = registered_as(klass)
+        module = sys.modules.get(REGISTRY[key][0] if key is not None else klass.__module__)
+        config = getattr(module, "Config", None)
+        if isinstance(config, type) and issubclass(config, MethodConfig) and dataclasses.is_dataclass(config):
+            return config
+    return None
+
+
+def check_declaration(cls) -> None:
+    """The rules a method class follows, checked when it is defined (a TypeError names the
+    rule): each key of its ``Config`` but ``name`` is a keyword of its constructor with the same
+    default (the CLI and the API build the same method); a ``name`` keyword, if declared,
+    defaults to None or the registry key."""
+    parameters = inspect.signature(cls.__init__).parameters
+    key = registry_name(cls)
+    declared = parameters.get("name")
+    if declared is not None and key is not None and declared.default not in (None, key):
+        raise TypeError(f"{cls.__name__}: the keyword name defaults to {declared.default!r}; allowed: None or "
+                        f"the registry key {key!r}")
+    config = settings_class(cls)
+    for f in dataclasses.fields(config) if config is not None else ():
+        if f.name == "name":
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        parameter = parameters.get(f.name)
+        if parameter is None or parameter.default != default:
+            raise TypeError(f"{cls.__name__}: its constructor must take the keyword {f.name}={default!r}, the key "
+                            f"and default of {config.__module__}.Config")
 
 
 def distributed_names() -> list[str]:

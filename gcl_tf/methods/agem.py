@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.backbones import classifier
 from gcl_tf.memory import (
-    SALT_REPLAY,
     TaskMemory,
     per_task_memory,
     sample_without_replacement,
@@ -98,7 +98,7 @@ class AGEM(ContinualModel):
     def reference_gradient(self, task):
         """Flat gradient of the mean loss on a random batch of the memory of tasks before ``task``."""
         variables = self.network.trainable_variables
-        seed = step_seed(self.seed, self.step_counter, SALT_REPLAY)
+        seed = step_seed(self.seed, self.step_counter, salts.REPLAY)
         index, ok = sample_without_replacement(self.memory.valid_before(task), self.reference_size, seed)
         x = tf.gather(self.memory.flat_images(), index)
         y = tf.gather(self.memory.flat_labels(), index)

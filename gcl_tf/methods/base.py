@@ -27,14 +27,12 @@ What the library reads from a method class (docs/api.md, "Adding a method"), wit
 method that declares nothing: ``task_free``, ``supports_distribution``, ``supports_loss_scaling``
 (mixed_float16), ``tune_grid`` (the tuner's default space), ``memory_slots`` and
 ``memory_fields`` (the episodic memory, for the memory estimate). A class that breaks a rule of
-this contract is refused when it is defined (:func:`check_declaration`).
+this contract is refused when it is defined (:func:`gcl_tf.methods.check_declaration`).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
-import sys
 from typing import Optional
 
 import keras
@@ -45,7 +43,6 @@ from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
-from gcl_tf.schema import MethodConfig
 
 NEG_INF = -1e9
 
@@ -84,45 +81,6 @@ def cross_entropy(labels, logits):
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=float32(logits))
 
 
-def settings_class(cls):
-    """A method class's ``Config``: for the nearest class in its ancestry (itself first) that is
-    registered, its registry module's (what the CLI builds), or that defines one in its own
-    module, that ``Config`` (a subclass without one keeps its parent's); None when none has."""
-    from gcl_tf.methods import REGISTRY, registered_as
-
-    for klass in cls.__mro__:
-        key = registered_as(klass)
-        module = sys.modules.get(REGISTRY[key][0] if key is not None else klass.__module__)
-        config = getattr(module, "Config", None)
-        if isinstance(config, type) and issubclass(config, MethodConfig) and dataclasses.is_dataclass(config):
-            return config
-    return None
-
-
-def check_declaration(cls) -> None:
-    """The rules a method class follows, checked when it is defined (a TypeError names the
-    rule): each key of its ``Config`` but ``name`` is a keyword of its constructor with the same
-    default (the CLI and the API build the same method); a ``name`` keyword, if declared,
-    defaults to None or the registry key."""
-    from gcl_tf.methods import registry_name
-
-    parameters = inspect.signature(cls.__init__).parameters
-    key = registry_name(cls)
-    declared = parameters.get("name")
-    if declared is not None and key is not None and declared.default not in (None, key):
-        raise TypeError(f"{cls.__name__}: the keyword name defaults to {declared.default!r}; allowed: None or "
-                        f"the registry key {key!r}")
-    config = settings_class(cls)
-    for f in dataclasses.fields(config) if config is not None else ():
-        if f.name == "name":
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        parameter = parameters.get(f.name)
-        if parameter is None or parameter.default != default:
-            raise TypeError(f"{cls.__name__}: its constructor must take the keyword {f.name}={default!r}, the key "
-                            f"and default of {config.__module__}.Config")
-
-
 def _for_keras_reduction(logs: dict) -> dict:
     """Under MultiWorkerMirroredStrategy Keras averages step outputs across workers *along axis 0*,
     which fails on scalars: give each log a leading axis of 1 there (the average is a scalar)."""
@@ -147,8 +105,15 @@ class ContinualModel(LearnerSaving, keras.Model):
     #: keys and their values, on top of the optimizer and learning-rate grid (gcl_tf/tune/space.py);
     #: a key here replaces the common one.
     tune_grid: dict = {}
+    #: The method's name in tables and figures (None: the class name); rows follow the registry.
+    label: Optional[str] = None
+    #: Small settings (method keys) for the library's own tests of every method: runs of a few
+    #: steps on tiny streams (tests/test_reliability.py, tests/test_distribute.py).
+    test_settings: dict = {}
 
     def __init_subclass__(cls, **kwargs):
+        from gcl_tf.methods import check_declaration
+
         super().__init_subclass__(**kwargs)
         check_declaration(cls)
 
@@ -184,6 +149,7 @@ class ContinualModel(LearnerSaving, keras.Model):
         """The method's own keywords (the keys of its ``Config``, as the constructor was called)
         checked against ``Config`` (types, ranges, the rules between keys): a ConfigError names
         the keyword and what is allowed. Returns the ``Config`` instance (None without one)."""
+        from gcl_tf.methods import settings_class
         from gcl_tf.schema import build_dataclass
 
         config_class = settings_class(type(self))
@@ -431,58 +397,3 @@ class ContinualModel(LearnerSaving, keras.Model):
         grads = tape.gradient(loss, variables, output_gradients=scale)
         self.optimizer.apply(grads, variables)
         return grads
-
-    # ------------------------------------------------------------------ artifacts for the figures
-    # Saved by gcl_tf.train at the end of a run (DIR/artifacts.npz) and drawn by gcl_tf.benchmark.
-    def penultimate(self, x):
-        """Features ``[N, D]`` read by the last linear layer (default: the backbone of ``self.network``)."""
-        network = getattr(self, "network", None)
-        if network is None:
-            return None
-        backbone = next((layer for layer in network.layers if isinstance(layer, keras.Model)), None)
-        return None if backbone is None else backbone(x, training=False)
-
-    def output_layer(self):
-        """The last linear layer, whose kernel columns are the class embeddings (default: ``logits``)."""
-        network = getattr(self, "network", None)
-        try:
-            return None if network is None else network.get_layer("logits")
-        except ValueError:
-            return None
-
-    def context_graph(self):
-        """``(graph [C, C], labels [C])`` of a method that learns a graph over its memory, else None."""
-        return None
-
-    def export_artifacts(self, benchmark, split: str = "test", num_images: int = 1000) -> dict:
-        """Arrays for the figures: penultimate embeddings of a fixed subset of ``num_images``
-        evaluation images spread evenly over all tasks (their first ones in split order), their
-        labels and tasks, the class embeddings, and the context graph with its memory labels."""
-        import numpy as np
-
-        from gcl_tf.data.streams import to_float
-
-        out = {}
-        tasks = benchmark.tasks
-        per_task = -(-num_images // len(tasks))
-        images, labels, task_ids = [], [], []
-        for task in tasks:
-            data = task.eval_data(split)
-            images.append(data.images[:per_task])
-            labels.append(data.labels[:per_task])
-            task_ids.append(np.full(len(labels[-1]), task.index))
-        images = np.concatenate(images)[:num_images]
-        chunk = self.eval_batch_size or 500
-        features = [self.penultimate(to_float(images[i:i + chunk])) for i in range(0, len(images), chunk)]
-        if features and features[0] is not None:
-            out["embeddings"] = np.concatenate([np.asarray(f, np.float32) for f in features])
-            out["embedding_labels"] = np.concatenate(labels)[:num_images].astype(np.int64)
-            out["embedding_tasks"] = np.concatenate(task_ids)[:num_images].astype(np.int64)
-            layer = self.output_layer()
-            if layer is not None:
-                out["class_embeddings"] = np.asarray(layer.kernel, np.float32).T  # [K, D]
-        graph = self.context_graph()
-        if graph is not None:
-            out["context_graph"], out["memory_labels"] = (np.asarray(graph[0], np.float32),
-                                                          np.asarray(graph[1], np.int64))
-        return out

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy
+from gcl_tf.methods.replay import logged, replica_share
 from gcl_tf.precision import float32
 from gcl_tf.schema import value_range
-
-SALT_SECOND_REPLAY = 103  # the second replay batch's random stream (the first: memory.SALT_REPLAY)
 
 
 @dataclass
@@ -40,12 +40,6 @@ class Config(er.Config):  # memory_size, replay_batch_size (ER's)
 def logit_mse(logits, stored):
     """Per-sample mean over classes of ``(logits - stored)^2``   [N] (float32)."""
     return tf.reduce_mean(tf.square(float32(logits) - stored), axis=-1)
-
-
-def weighted_mean(values, weights, total):
-    """``sum(weights * values) / max(total, 1)``: this replica's share of a mean over ``total``
-    weights of all replicas (0 when there is none)."""
-    return tf.reduce_sum(weights * values) / tf.maximum(total, 1.0)
 
 
 class DERPP(er.ER):
@@ -70,18 +64,18 @@ class DERPP(er.ER):
         batch, replicas = x.shape[0], num_replicas()
         size = self.replay_size(batch * replicas)
         first = replay_batch(self.memory, size, self.step_counter)  # for the logits term
-        second = replay_batch(self.memory, size, self.step_counter, SALT_SECOND_REPLAY)  # for the labels term
+        second = replay_batch(self.memory, size, self.step_counter, salts.SECOND_REPLAY)  # for the labels term
         ok1, ok2 = tf.cast(first["ok"], tf.float32), tf.cast(second["ok"], tf.float32)
         # Collectives in the same order on every replica: the counts, the gathers, the gradients.
         counts = all_sum(tf.stack([tf.reduce_sum(ok1), tf.reduce_sum(ok2)]))  # over all replicas
         with tf.GradientTape() as tape:
             logits = self(x, training=True)
             terms = {
-                "loss_stream": tf.reduce_sum(cross_entropy(y, logits)) / (batch * replicas),
-                "loss_logits": self.alpha * weighted_mean(
-                    logit_mse(self(first["images"], training=True), first["logits"]), ok1, counts[0]),
-                "loss_labels": self.beta * weighted_mean(
-                    cross_entropy(second["labels"], self(second["images"], training=True)), ok2, counts[1]),
+                "loss_stream": replica_share(cross_entropy(y, logits), batch * replicas),
+                "loss_logits": self.alpha * replica_share(
+                    logit_mse(self(first["images"], training=True), first["logits"]), counts[0], ok1),
+                "loss_labels": self.beta * replica_share(
+                    cross_entropy(second["labels"], self(second["images"], training=True)), counts[1], ok2),
             }
             replica_loss = tf.add_n(list(terms.values()))  # summed over replicas
         with tf.control_dependencies([counts]):
@@ -89,5 +83,4 @@ class DERPP(er.ER):
         with tf.control_dependencies([stream_x, stream_y, stream_logits]):
             self.apply_gradients(tape, replica_loss)
         self.memory.add(stream_x, stream_y, logits=stream_logits)  # the logits before this step's update
-        # Keras averages the logs over replicas: R times this replica's share is the global value.
-        return {"loss": replica_loss * replicas, **{k: v * replicas for k, v in terms.items()}}
+        return logged({"loss": replica_loss, **terms})

@@ -11,10 +11,11 @@ from typing import Optional
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
-from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
+from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, replay_batch
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.methods.replay import global_count, logged, replica_share
 from gcl_tf.schema import MemoryMethodConfig, value_range
 
 
@@ -31,6 +32,7 @@ class ER(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     supports_distribution = True
+    test_settings = {"memory_size": 20}
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, **common):
         super().__init__(backbone, num_classes=num_classes, **common)
@@ -54,23 +56,28 @@ class ER(ContinualModel):
     def call(self, x, training=False):
         return self.network(x, training=training)
 
+    def retrieve(self, x, y, size: int) -> dict:
+        """This replica's part of the replay batch of ``size`` samples (over all replicas) to
+        learn with the incoming batch ``x, y``, as :func:`~gcl_tf.memory.replay_batch` returns
+        it: ER draws it at random (a method that chooses its replay batch overrides this)."""
+        return replay_batch(self.memory, size, self.step_counter)
+
     def learn(self, x, y):
         batch = x.shape[0]
         # Collectives must run in the same order on every replica: chain them by dependencies.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
-        replay = replay_batch(self.memory, self.replay_size(batch * num_replicas()), self.step_counter)
+        replay = self.retrieve(x, y, self.replay_size(batch * num_replicas()))
         inputs = tf.concat([x, replay["images"]], axis=0)
         labels = tf.concat([y, replay["labels"]], axis=0)
         weights = tf.concat([tf.ones([batch]), tf.cast(replay["ok"], tf.float32)], axis=0)
         with tf.control_dependencies([stream_x, stream_y]):
-            total_weight = all_sum(tf.reduce_sum(weights))  # of the global batch
+            total_weight = global_count(weights)  # of the global batch
         with tf.GradientTape() as tape:
             losses = cross_entropy(labels, self(inputs, training=True))
-            replica_loss = tf.reduce_sum(weights * losses) / total_weight  # summed over replicas
-        self.apply_gradients(tape, replica_loss)
+            loss = replica_share(losses, total_weight, weights)  # summed over replicas: the global mean
+        self.apply_gradients(tape, loss)
         self.memory.add(stream_x, stream_y)
-        # Keras averages the logs over replicas: report this replica's weighted mean loss.
-        return {"loss": tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)}
+        return logged({"loss": loss})
 
 
 Method = ER

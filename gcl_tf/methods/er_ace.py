@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
+from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy, mask_logits
+from gcl_tf.methods.replay import global_count, logged, replica_share
 from gcl_tf.precision import float32
 
 
@@ -47,15 +48,13 @@ class ERACE(er.ER):
         replay = replay_batch(self.memory, self.replay_size(batch * replicas), self.step_counter)
         ok = tf.cast(replay["ok"], tf.float32)
         with tf.control_dependencies([stream_x, stream_y]):
-            replayed = tf.maximum(all_sum(tf.reduce_sum(ok)), 1.0)  # over all replicas
+            replayed = global_count(ok)  # over all replicas
         with tf.GradientTape() as tape:
             logits = mask_logits(float32(self(x, training=True)), present)
-            incoming = tf.reduce_sum(cross_entropy(y, logits)) / (batch * replicas)
+            incoming = replica_share(cross_entropy(y, logits), batch * replicas)
             replay_losses = cross_entropy(replay["labels"], self(replay["images"], training=True))
-            replay_loss = tf.reduce_sum(ok * replay_losses) / replayed
+            replay_loss = replica_share(replay_losses, replayed, ok)
             replica_loss = incoming + replay_loss  # summed over replicas
         self.apply_gradients(tape, replica_loss)
         self.memory.add(stream_x, stream_y)
-        # Keras averages the logs over replicas: R times this replica's share is the global value.
-        return {"loss": replica_loss * replicas, "loss_stream": incoming * replicas,
-                "loss_replay": replay_loss * replicas}
+        return logged({"loss": replica_loss, "loss_stream": incoming, "loss_replay": replay_loss})

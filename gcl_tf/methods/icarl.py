@@ -31,10 +31,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import (
-    SALT_REPLAY,
     ExemplarMemory,
     sample_without_replacement,
     step_seed,
@@ -171,7 +171,7 @@ class ICaRL(ContinualModel):
 
     def learn(self, x, y):
         ex = self.exemplars
-        seed = step_seed(self.seed, self.step_counter, SALT_REPLAY)
+        seed = step_seed(self.seed, self.step_counter, salts.REPLAY)
         replay = min(self._replay_batch_size or self.batch_size or int(x.shape[0]), self.memory_size)
         index, ok = sample_without_replacement(ex.valid(), replay, seed)
         inputs = tf.concat([x, tf.gather(ex.images, index)], axis=0)
