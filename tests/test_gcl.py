@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from gcl_tf import config as config_lib
-from gcl_tf import methods
+from gcl_tf import methods, salts
 from gcl_tf.methods import gcl
 
 tfd = tfp.distributions
@@ -644,7 +644,7 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     for round_ in range(2):  # after the first task and again after more training
         for x, y in batches(4, seed=round_):
             model.train_step((x, y))
-        seed = gcl.step_seed(model.seed, model.step_counter, gcl.SALT_TEST_GRAPH).numpy()
+        seed = gcl.step_seed(model.seed, model.step_counter, salts.TEST_GRAPH).numpy()
         got = [predict(x).numpy() for x in tests]
         np.testing.assert_array_equal(model._test_noise.seed.numpy(), seed)  # redrawn for this step
         for a, b in zip(got, uncached()):

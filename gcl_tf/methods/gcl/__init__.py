@@ -34,7 +34,7 @@ from gcl_tf.methods.gcl.graph import (
     squared_distances,
     update_edge_memory,
 )
-from gcl_tf.methods.gcl.model import GCL, SALT_CONTEXT_BATCH, SALT_TEST_GRAPH, SALT_TRAIN_GRAPH, Method
+from gcl_tf.methods.gcl.model import GCL, Method
 
 __all__ = [
     "step_seed",
@@ -65,9 +65,6 @@ __all__ = [
     "squared_distances",
     "update_edge_memory",
     "GraphMemory",
-    "SALT_CONTEXT_BATCH",
-    "SALT_TEST_GRAPH",
-    "SALT_TRAIN_GRAPH",
     "Config",
     "GCL",
     "Method",

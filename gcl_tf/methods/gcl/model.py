@@ -21,6 +21,7 @@ import math
 import keras
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.backbones import feature_size, mlp
 from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
@@ -43,11 +44,8 @@ from gcl_tf.methods.gcl.graph import (
     sampled_graph,
     update_edge_memory,
 )
-from gcl_tf.methods.gcl.prediction import SALT_TEST_GRAPH, Prediction  # noqa: F401 (SALT_TEST_GRAPH: re-exported)
+from gcl_tf.methods.gcl.prediction import Prediction
 from gcl_tf.precision import float32
-
-SALT_TRAIN_GRAPH = 201  # (SALT_TEST_GRAPH = 202: prediction.py)
-SALT_CONTEXT_BATCH = 203
 
 
 class GCL(Prediction, ContinualModel):
@@ -62,6 +60,7 @@ class GCL(Prediction, ContinualModel):
     """
 
     supports_distribution = True
+    test_settings = {"memory_size": 20, "test_graph_samples": 3}
     tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
                  "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
                  "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]}
@@ -192,7 +191,7 @@ class GCL(Prediction, ContinualModel):
         filled = self.memory.filled()
         if self.num_contexts == self.capacity:
             return tf.range(self.capacity, dtype=tf.int32), filled
-        seed = step_seed(self.seed, self.step_counter, SALT_CONTEXT_BATCH)
+        seed = step_seed(self.seed, self.step_counter, salts.CONTEXT_BATCH)
         return sample_without_replacement(filled, self.num_contexts, seed)
 
     def context_images(self, slots, valid, fallback=None):
@@ -273,7 +272,7 @@ class GCL(Prediction, ContinualModel):
             slots, valid = self.select_contexts()
         k = slots.shape[0]
         context_labels = tf.gather(self.memory.labels, slots)
-        seed = step_seed(self.seed, self.step_counter, SALT_TRAIN_GRAPH)
+        seed = step_seed(self.seed, self.step_counter, salts.TRAIN_GRAPH)
         u, latents = self.embed_step(self.context_images(slots, valid, fallback=x), x)  # [k + T, H] each
         rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
         context_cols, target_cols = tf.split(cols, [k, x.shape[0]])  # (splits: their gradient is one concat)

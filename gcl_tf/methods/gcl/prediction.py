@@ -9,14 +9,13 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.data.streams import to_float
 from gcl_tf.distribute import num_replicas, replica_id
 from gcl_tf.memory import step_seed
 from gcl_tf.methods.base import mask_logits
 from gcl_tf.methods.gcl.caches import TestNoiseCache
 from gcl_tf.methods.gcl.graph import average_log_probs, edge_logits, logistic_noise, neighbourhoods, relaxed_bernoulli
-
-SALT_TEST_GRAPH = 202
 
 
 def first_examples(dataset, count: int):
@@ -99,7 +98,7 @@ class Prediction:
         own = seed is None
         cached = own and self._test_noise is not None and (samples, x.shape[0]) == self._test_noise.shape[:2]
         if own:
-            seed = step_seed(self.seed, self.step_counter, SALT_TEST_GRAPH)
+            seed = step_seed(self.seed, self.step_counter, salts.TEST_GRAPH)
         if own and self._contexts is not None:
             u_c, values = self._contexts.get(self.memory_contexts)
         else:
