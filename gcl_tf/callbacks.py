@@ -47,11 +47,13 @@ class TaskBoundary(keras.callbacks.Callback):
 class TaskEndEvaluation(keras.callbacks.Callback):
     """Evaluates every task at the end of each task: fills ``matrix[i][j]`` (percent).
 
-    One instance lives across all tasks; set ``task_index`` before each task's ``fit``.
+    One instance lives across all tasks; call :meth:`begin_task` before each task's ``fit``. A
+    resumed run starts from what its checkpoint saved: ``matrix``, ``variant_matrices`` (by
+    variant name), ``eval_seconds`` and ``eval_samples``.
     """
 
     def __init__(self, benchmark, split: str = "test", batch_size: int = 500, writer=None, verbose: bool = True,
-                 strategy=None):
+                 strategy=None, matrix=None, variant_matrices=None, eval_seconds: float = 0.0, eval_samples: int = 0):
         super().__init__()
         self.benchmark = benchmark
         self.strategy = strategy  # a tf.distribute strategy: each global batch is split over replicas
@@ -60,14 +62,18 @@ class TaskEndEvaluation(keras.callbacks.Callback):
         self.writer = writer
         self.verbose = verbose
         T = benchmark.num_tasks
-        self.matrix = np.full((T, T), np.nan)
+        self.matrix = np.full((T, T), np.nan) if matrix is None else np.array(matrix, dtype=np.float64)
         self.task_index = 0
-        # One more matrix per evaluation variant of the model (model.evaluation_variants()), set
-        # by the driver before the first task (NaN rows until evaluated).
-        self.variant_matrices = {}
-        self.eval_seconds = 0.0
-        self.eval_samples = 0  # real (unpadded) samples evaluated, over all task ends
+        # One more matrix per evaluation variant of the model (model.evaluation_variants()),
+        # created on first use (NaN rows until evaluated).
+        self.variant_matrices = {name: np.array(m, dtype=np.float64) for name, m in (variant_matrices or {}).items()}
+        self.eval_seconds = float(eval_seconds)
+        self.eval_samples = int(eval_samples)  # real (unpadded) samples evaluated, over all task ends
         self._datasets = None
+
+    def begin_task(self, task_index: int) -> None:
+        """Before a task's ``fit``: the row its end fills."""
+        self.task_index = int(task_index)
 
     def datasets(self):
         if self._datasets is None:

@@ -31,13 +31,10 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf import config as config_lib
-from gcl_tf.errors import TrainingError, UserError
+from gcl_tf.errors import NotResumable, TrainingError, UserError
 from gcl_tf.faults import disk_error
+from gcl_tf.run_layout import CONFIG, RESULT_NEUTRAL_KEYS, RESULTS, checkpoint_dir
 
-CHECKPOINTS = "checkpoints"
-CONFIG = "config.yaml"
-# Keys that do not change a run's results: a run may be resumed with other values.
-RESUME_IGNORED_KEYS = ("output_dir", "train.verbose", "train.log_every", "train.checkpoint_every", "tune")
 # The last two: the one a save supersedes is deleted only after it is complete, and the one
 # before it is there for a newest checkpoint damaged later (a truncated or garbled file).
 MAX_TO_KEEP = 2
@@ -80,12 +77,6 @@ class Progress(tf.Module):
         self.eval_samples.assign(int(eval_samples))
 
 
-def checkpoint_dir(output_dir: str) -> str:
-    """``DIR/checkpoints``, absolute: a relative ``--output`` (``runs/qs``) must name the same folder
-    in every call, and TensorFlow's index joins the folder to the relative names it stores."""
-    return os.path.abspath(os.path.join(output_dir, CHECKPOINTS))
-
-
 def latest_checkpoint(output_dir: str):
     """The path prefix of the last complete checkpoint of ``output_dir``, or None."""
     folder = checkpoint_dir(output_dir)
@@ -111,36 +102,32 @@ def _first_line(error: BaseException) -> str:
 
 
 def check_resumable(output_dir: str, config) -> list[str]:
-    """The checkpoints ``--resume`` may continue from, newest first; a one-line UserError when
-    there is none or when ``config`` differs from the run's ``DIR/config.yaml`` in a key that
-    changes results."""
+    """The checkpoints ``--resume`` may continue from, newest first; a one-line
+    :class:`NotResumable` when there is none or when ``config`` differs from the run's
+    ``DIR/config.yaml`` in a key that changes results."""
     candidates = saved_checkpoints(output_dir)
     saved_path = os.path.join(output_dir, CONFIG)
     if not candidates:
-        raise UserError(
-            f"--resume: no checkpoint to resume from in {checkpoint_dir(output_dir)}; "
-            "run without --resume to start the run"
-        )
+        raise NotResumable.no_checkpoint(output_dir)
     if not os.path.isfile(saved_path):
-        raise UserError(f"--resume: {saved_path} is missing, so the run's config cannot be checked; "
-                        "start a new run in another --output")
+        raise NotResumable(f"{saved_path} is missing, so the run's config cannot be checked",
+                           "start a new run in another --output")
     try:
         saved = config_lib.load_config(saved_path).to_dict()
     except UserError as error:
-        raise UserError(f"--resume: the run's {saved_path} is not a valid config ({error})") from None
-    shown = config_lib.describe_differences(saved, config.to_dict(), RESUME_IGNORED_KEYS)
+        raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
+                           "start a new run in another --output") from None
+    shown = config_lib.describe_differences(saved, config.to_dict(), RESULT_NEUTRAL_KEYS)
     if shown:
-        raise UserError(
-            f"--resume: the config differs from the run's {saved_path}: {shown}; "
-            "resume with the run's config or start a new run in another --output"
-        )
+        raise NotResumable(f"the config differs from the run's {saved_path}: {shown}",
+                           "resume with the run's config or start a new run in another --output")
     return candidates
 
 
 def can_resume(output_dir: str, config) -> bool:
     """True when ``output_dir`` holds checkpoints of an unfinished run of ``config`` (one stopped
-    by a signal): a tuner or a suite runs it again with ``resume=True``."""
-    if os.path.exists(os.path.join(output_dir, "results.json")) or not saved_checkpoints(output_dir):
+    by a signal): a tuner runs its trial again with ``resume=True`` (else it overwrites it)."""
+    if os.path.exists(os.path.join(output_dir, RESULTS)) or not saved_checkpoints(output_dir):
         return False
     try:
         check_resumable(output_dir, config)
@@ -168,6 +155,10 @@ class RunCheckpoints:
         # The task being trained and the global step before its first batch (for messages).
         self.task = 0
         self.task_first_step = 0
+
+    def begin_task(self, task: int, first_step: int) -> None:
+        """Before a task's ``fit``: its index and the global step before its first batch."""
+        self.task, self.task_first_step = int(task), int(first_step)
 
     @property
     def manager(self) -> tf.train.CheckpointManager:

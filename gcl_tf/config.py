@@ -28,7 +28,10 @@ import yaml
 from gcl_tf import methods
 from gcl_tf.data.config import BenchmarkConfig
 from gcl_tf.errors import ConfigError
-from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, value_range
+from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, did_you_mean, value_range
+
+# Sources read from benchmark.path (the others: scikit-learn's digits, TFDS).
+LOCAL_SOURCES = ("idx", "npz", "folder")
 
 
 @dataclass
@@ -185,56 +188,81 @@ def load_yaml(path: str) -> dict:
     return data
 
 
-def resolve(raw: dict, overrides=()) -> Config:
-    """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config."""
+def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
+    """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config.
+
+    The method's own keys are checked last: their dataclass lives in the method's module, whose
+    import imports TensorFlow. ``method_keys=False`` stops before that (``config.method`` is then
+    a bare :class:`MethodConfig` naming the method): everything else is checked in well under a
+    second, so a command line reports those mistakes before TensorFlow loads."""
     raw = apply_overrides(raw, overrides)
-    presets = raw.pop("presets", None) or {}
-    if not isinstance(presets, dict):
-        raise ConfigError("presets: expected a mapping from method name to settings")
-    method_raw = raw.get("method") or {}
-    if not isinstance(method_raw, dict):
-        raise ConfigError(f"method: expected a mapping of keys, got {describe_value(method_raw)}")
-    name = method_raw.get("name", MethodConfig.name)
-    allowed = ", ".join(methods.names())
-    if not isinstance(name, str) or name not in methods.names():
-        raise ConfigError(f"method.name: {describe_value(name)} is not allowed; allowed: {allowed}")
+    presets = _presets(raw.pop("presets", None) or {})
+    name = _method_name(raw.get("method") or {})
     for preset_name, preset in presets.items():
-        if preset_name not in methods.names():
-            raise ConfigError(f"presets.{preset_name}: unknown method; allowed: {allowed}")
-        if not isinstance(preset, dict):
-            raise ConfigError(f"presets.{preset_name}: expected a mapping of sections")
-        _check_preset(preset_name, preset, methods.config_class(preset_name))
+        _check_preset(preset_name, preset)
     # Presets apply on top of the file, --set on top of the preset.
     if name in presets:
-        base = {k: v for k, v in raw.items()}
-        merged = _deep_merge(base, presets[name])
-        raw = apply_overrides(merged, overrides)
+        raw = apply_overrides(_deep_merge(raw, presets[name]), overrides)
         raw.pop("presets", None)
-    method_cls = methods.config_class(name)
     sections = dict(raw)
     method_section = sections.pop("method", None) or {}
     config = build_dataclass(Config, sections, "")
-    # the selected name, whatever the default of the method's Config says
-    config.method = build_dataclass(method_cls, {**method_section, "name": name}, "method")
+    config.method = MethodConfig(name=name)
     _check_consistency(config)
+    if not method_keys:
+        return config
+    for preset_name, preset in presets.items():
+        _check_preset(preset_name, preset, methods.config_class(preset_name))
+    # the selected name, whatever the default of the method's Config says
+    config.method = build_dataclass(methods.config_class(name), {**method_section, "name": name}, "method")
+    _check_method(config)
     return config
 
 
-def _check_preset(preset_name: str, preset: dict, method_cls) -> None:
-    """Every key of every preset, selected or not, checked against its method's config (names,
-    types, ranges), so any run of the file catches a typo and the message names the preset."""
+def _method_name(method_raw) -> str:
+    if not isinstance(method_raw, dict):
+        raise ConfigError(f"method: expected a mapping of keys, got {describe_value(method_raw)}")
+    name = method_raw.get("name", MethodConfig.name)
+    if not isinstance(name, str) or name not in methods.names():
+        raise ConfigError(f"method.name: {describe_value(name)} is not allowed; {_allowed_methods(name)}")
+    return name
+
+
+def _allowed_methods(name) -> str:
+    """``did you mean X? allowed: ...`` for a method name that is not one."""
+    return did_you_mean(name, methods.names()) + f"allowed: {', '.join(methods.names())}"
+
+
+def _presets(presets) -> dict:
+    if not isinstance(presets, dict):
+        raise ConfigError("presets: expected a mapping from method name to settings")
+    for preset_name, preset in presets.items():
+        if preset_name not in methods.names():
+            raise ConfigError(f"presets.{preset_name}: unknown method; {_allowed_methods(preset_name)}")
+        if not isinstance(preset, dict):
+            raise ConfigError(f"presets.{preset_name}: expected a mapping of sections")
+    return presets
+
+
+def _check_preset(preset_name: str, preset: dict, method_cls=None) -> None:
+    """Every key of every preset, selected or not, checked against the run's sections or, with
+    ``method_cls``, its method's config (names, types, ranges), so any run of the file catches a
+    typo and the message names the preset."""
     sections = dict(preset)
     method_section = sections.pop("method", None) or {}
     try:
-        build_dataclass(Config, sections, "")
-        build_dataclass(method_cls, method_section, "method")
+        if method_cls is None:
+            build_dataclass(Config, sections, "")
+        else:
+            build_dataclass(method_cls, method_section, "method")
     except ConfigError as error:
         raise ConfigError(f"presets.{preset_name}: {error}") from None
 
 
 def _check_consistency(config: Config) -> None:
+    """The rules between keys of the run's sections (not the method's own keys)."""
     b = config.benchmark
-    if b.source in ("idx", "npz", "folder") and not b.path:
+    if b.source in LOCAL_SOURCES and not b.path:
         raise ConfigError(f"benchmark.path: required for source {b.source}; give the data location")
     if b.multi_head and b.name != "split":
         raise ConfigError("benchmark.multi_head: only the split protocol has per-task classes; allowed: false")
@@ -248,6 +276,10 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError(
             "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"
         )
+
+
+def _check_method(config: Config) -> None:
+    """The rules that involve the method: its precision support and its own cross-key rules."""
     from gcl_tf import precision  # (no TensorFlow import)
 
     precision.check(config.method.name, config.train.mixed_precision,
@@ -256,6 +288,15 @@ def _check_consistency(config: Config) -> None:
     if check_method is not None:  # a method's own cross-key rules
         check_method(config)
 
+
+def missing_data_path(benchmark) -> str | None:
+    """The one-line problem when a local source's ``benchmark.path`` does not exist (what its
+    loader would say, checked before anything loads), else None."""
+    if benchmark.source == "npz" and not os.path.isfile(benchmark.path):
+        return f"benchmark.path: file {benchmark.path!r} does not exist"
+    if benchmark.source in ("idx", "folder") and not os.path.isdir(benchmark.path):
+        return f"benchmark.path: folder {benchmark.path!r} does not exist"
+    return None
 
 
 def flat_keys(data: dict, prefix: str = "") -> dict:
@@ -307,9 +348,10 @@ def saved_as_today(saved: dict) -> dict:
         return saved
 
 
-def load_config(path: Optional[str] = None, overrides=()) -> Config:
+def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:
+    """The config of a YAML file and ``--set`` overrides (``method_keys``: see :func:`resolve`)."""
     raw = load_yaml(path) if path else {}
-    return resolve(raw, overrides)
+    return resolve(raw, overrides, method_keys)
 
 
 def config_to_yaml(config: Config) -> str:

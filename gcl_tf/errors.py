@@ -33,6 +33,21 @@ class DiskError(UserError, OSError):
     fault, reported as one line like a user mistake. Also an OSError, for callers that catch those."""
 
 
+class NotResumable(UserError):
+    """``--resume`` cannot continue the run in a folder: ``reason`` says why, ``advice`` what to do."""
+
+    def __init__(self, reason: str, advice: str):
+        super().__init__(f"--resume: {reason}; {advice}")
+        self.reason, self.advice = reason, advice
+
+    @classmethod
+    def no_checkpoint(cls, output_dir: str) -> "NotResumable":
+        from gcl_tf.run_layout import checkpoint_dir
+
+        return cls(f"no checkpoint to resume from in {checkpoint_dir(output_dir)}",
+                   "run without --resume to start the run")
+
+
 class FolderBusy(UserError):
     """Another process holds the lock of an output folder."""
 

@@ -19,8 +19,8 @@ import signal
 import threading
 
 from gcl_tf.errors import DiskError, FolderBusy
+from gcl_tf.run_layout import LOCK_FILE
 
-LOCK_FILE = "gcl_tf.lock"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

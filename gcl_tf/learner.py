@@ -26,8 +26,8 @@ import os
 
 from gcl_tf.errors import UserError
 from gcl_tf.faults import disk_error
+from gcl_tf.run_layout import CONFIG, LEARNER, MODEL_INFO
 
-LEARNER = "learner.keras"
 # The benchmark keys a method's constructor may take (methods.run_arguments): part of the learner.
 _BENCHMARK_ARGUMENTS = ("num_tasks", "multi_head", "classes_per_task")
 
@@ -68,14 +68,9 @@ def learner_keys(config, info: dict) -> dict:
             **{f"benchmark.{name}": run[name] for name in _BENCHMARK_ARGUMENTS if name in run}}
 
 
-def check_init_from(config, benchmark, output_dir: str) -> dict:
-    """Check ``config.init_from`` before anything is written: a finished run's folder, not this
-    run's, whose learner is the one ``config`` builds. Returns ``{"run", "learner"}``; a one-line
-    UserError otherwise."""
-    from gcl_tf import config as config_lib
-    from gcl_tf.io import read_json
-
-    run_dir = config.init_from
+def check_init_folder(run_dir: str, output_dir: str) -> str:
+    """The learner of ``init_from``'s folder (a finished run's, not this run's ``output_dir``),
+    checked without loading anything; a one-line UserError otherwise."""
     path = learner_path(run_dir)
     if not os.path.isdir(run_dir):
         raise UserError(f"init_from: {run_dir} is not a folder; allowed: the folder of a finished run")
@@ -85,9 +80,21 @@ def check_init_from(config, benchmark, output_dir: str) -> dict:
     if not os.path.isfile(path):
         raise UserError(f"init_from: {run_dir} holds no {LEARNER} (a run writes it when it finishes); allowed: "
                         "the folder of a finished run")
+    return path
+
+
+def check_init_from(config, benchmark, output_dir: str) -> dict:
+    """Check ``config.init_from`` before anything is written: a finished run's folder, not this
+    run's, whose learner is the one ``config`` builds. Returns ``{"run", "learner"}``; a one-line
+    UserError otherwise."""
+    from gcl_tf import config as config_lib
+    from gcl_tf.io import read_json
+
+    run_dir = config.init_from
+    path = check_init_folder(run_dir, output_dir)
     try:
-        saved = config_lib.load_config(os.path.join(run_dir, "config.yaml"))
-        info = read_json(os.path.join(run_dir, "model.json"))
+        saved = config_lib.load_config(os.path.join(run_dir, CONFIG))
+        info = read_json(os.path.join(run_dir, MODEL_INFO))
     except (UserError, OSError, ValueError) as error:
         raise UserError(f"init_from: cannot read the run's config.yaml and model.json in {run_dir} ({error})") from None
     new_info = {"num_classes": benchmark.num_classes, "input_shape": benchmark.input_shape}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import inspect
 import math
 import types
@@ -149,6 +150,13 @@ def check_range(value, spec, key):
         raise ConfigError(f"{key}: {value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
 
 
+def did_you_mean(word, choices, prefix: str = "") -> str:
+    """``"did you mean 'train.learning_rate'? "`` for a near miss of one of ``choices`` (under the
+    dotted ``prefix``), else ""."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.75)
+    return f"did you mean '{prefix + '.' if prefix else ''}{close[0]}'? " if close else ""
+
+
 def build_dataclass(cls, data, prefix: str):
     """Build dataclass ``cls`` from the mapping ``data``, validating every key."""
     if data is None:
@@ -160,7 +168,7 @@ def build_dataclass(cls, data, prefix: str):
     for key in data:
         if key not in names:
             where = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(f"unknown key '{where}'; allowed: {', '.join(names)}")
+            raise ConfigError(f"unknown key '{where}'; {did_you_mean(key, names, prefix)}allowed: {', '.join(names)}")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:

@@ -213,18 +213,18 @@ def test_tune_and_the_paper_suite_refuse_a_held_folder(tmp_path, monkeypatch, ca
 def test_tune_overwrite_keeps_the_lock_file_it_holds(tmp_path, monkeypatch):
     """KerasTuner's own overwrite deletes the folder, lock file included (a second search could
     then lock a new file): the search clears the folder itself, around its lock."""
-    from gcl_tf import faults, tune
+    from gcl_tf import faults, run_layout, tune
 
     folder = tmp_path / "search"
     folder.mkdir()
     (folder / "search.json").write_text("{}")
     (folder / "trial_0").mkdir()
-    (folder / faults.LOCK_FILE).write_text("")
-    inode = (folder / faults.LOCK_FILE).stat().st_ino
+    (folder / run_layout.LOCK_FILE).write_text("")
+    inode = (folder / run_layout.LOCK_FILE).stat().st_ino
     with faults.exclusive(str(folder)):
         tune._clear(str(folder))
-        assert os.listdir(folder) == [faults.LOCK_FILE]
-        assert (folder / faults.LOCK_FILE).stat().st_ino == inode
+        assert os.listdir(folder) == [run_layout.LOCK_FILE]
+        assert (folder / run_layout.LOCK_FILE).stat().st_ino == inode
 
 
 # ----------------------------------------------------------------------------- 3. preemption

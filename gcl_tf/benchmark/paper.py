@@ -30,9 +30,10 @@ import time
 from dataclasses import dataclass, field
 
 from gcl_tf.benchmark import layout
-from gcl_tf.errors import ConfigError, DataError, Stopped, UserError, exit_on_user_error
+from gcl_tf.errors import ConfigError, DataError, NotResumable, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
+from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS, unfinished_run
 
 PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
                     "split_miniimagenet")
@@ -40,8 +41,6 @@ STUDIES = ("main", "ablation", "memory")
 PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn", "split_cifar10")}
 PAPER_MEMORY_SIZES = (100, 250, 500, 1000)
 DEFAULT_SEEDS = 5  # the paper's five runs
-# Config keys that do not change a run's results: a finished run with other values is reused.
-_IGNORED_KEYS = ("output_dir", "train.verbose", "train.log_every", "tune")
 
 
 @dataclass
@@ -166,37 +165,18 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
 
 def check_data(runs) -> None:
     """Stop before training when a local data location is missing (one line naming the config)."""
-    checked = set()
+    from gcl_tf.config import missing_data_path
+
     for run in runs:
-        bench = run.config.benchmark
-        if run.config_path in checked or bench.source not in ("idx", "npz", "folder"):
-            continue
-        checked.add(run.config_path)
-        if not os.path.exists(bench.path):
-            raise DataError(f"{run.benchmark}: benchmark.path {bench.path!r} does not exist; set it in "
-                            f"{run.config_path} or pass --set benchmark.path=...")
+        problem = missing_data_path(run.config.benchmark)
+        if problem:
+            raise DataError(f"{run.benchmark}: {problem}; set it in {run.config_path} or pass --set benchmark.path=...")
 
 
 # ----------------------------------------------------------------------------- running
-def _comparable(config_dict: dict) -> dict:
-    from gcl_tf.config import without_keys
-
-    return without_keys(json.loads(json.dumps(config_dict)), _IGNORED_KEYS)
-
-
-def _first_difference(old, new, prefix=""):
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            found = _first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
-            if found:
-                return found
-        return None
-    return None if old == new else (prefix[:-1], old, new)
-
-
 def finished(run: Run, folder: str) -> bool:
     """True when ``folder`` holds this run's results; a different finished config is an error."""
-    path = os.path.join(folder, layout.RESULTS)
+    path = os.path.join(folder, RESULTS)
     if not os.path.isfile(path):
         return False
     try:
@@ -206,12 +186,32 @@ def finished(run: Run, folder: str) -> bool:
     from gcl_tf import config as config_lib
 
     saved = config_lib.saved_as_today(saved)  # a key added since the run took its default
-    difference = _first_difference(_comparable(saved), _comparable(run.config.to_dict()))
-    if difference:
-        key, old, new = difference
-        raise UserError(f"{folder} holds a finished run with another config ({key}: {old!r} there, {new!r} now); "
+    shown = config_lib.describe_differences(_plain(saved), _plain(run.config.to_dict()), RESULT_NEUTRAL_KEYS)
+    if shown:
+        raise UserError(f"{folder} holds a finished run with another config ({shown}); "
                         "choose another --output or remove that folder")
     return True
+
+
+def resumable(run: Run, folder: str) -> bool:
+    """True when ``folder`` holds this run's unfinished run (a stopped suite: it goes on from its
+    checkpoint); one line when it holds an unfinished run that the planned config cannot resume."""
+    left = unfinished_run(folder)
+    if left is None:
+        return False
+    from gcl_tf.checkpoint import check_resumable
+
+    try:
+        check_resumable(folder, run.config)
+    except NotResumable as error:
+        raise UserError(f"{folder} holds {left}, which does not resume: {error.reason}; "
+                        "choose another --output or remove that folder") from None
+    return True
+
+
+def _plain(data):
+    """A config dictionary as JSON has it (tuples as lists)."""
+    return json.loads(json.dumps(data))
 
 
 class _BenchmarkCache:
@@ -236,7 +236,6 @@ def run_suite(runs, output: str, verbose=None, log=print) -> dict:
     import keras
 
     from gcl_tf import train
-    from gcl_tf.checkpoint import can_resume
 
     # Consecutive runs share their data: group by benchmark and seed, keeping the plan's order otherwise.
     order = {}
@@ -254,7 +253,7 @@ def run_suite(runs, output: str, verbose=None, log=print) -> dict:
             counts["skipped"] += 1
             log(f"{label}: finished before, skipped")
             continue
-        resume = can_resume(folder, run.config)  # a stopped suite: the run goes on from its checkpoint
+        resume = resumable(run, folder)
         log(f"{label}: {'resuming' if resume else 'training'} ({run.study}) -> {folder}")
         run_start = time.perf_counter()
         keras.backend.clear_session()
@@ -264,87 +263,6 @@ def run_suite(runs, output: str, verbose=None, log=print) -> dict:
         log(f"{label}: ACC {results['acc']:.2f} FGT {results['fgt']:.2f} in {time.perf_counter() - run_start:.0f} s "
             f"(suite {time.perf_counter() - start:.0f} s)")
     return counts
-
-
-# ----------------------------------------------------------------------------- --dry-run
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def data_needed(run: Run) -> str:
-    """What a benchmark's runs read, and whether it is there."""
-    bench = run.config.benchmark
-    if bench.source == "digits":
-        return "scikit-learn's bundled digits (nothing to download)"
-    if bench.source == "tfds":
-        data_dir = bench.path or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
-        state = ("prepared" if os.path.isdir(os.path.join(data_dir, bench.dataset))
-                 else "not prepared: downloaded on first use, which needs the network")
-        return f"TFDS {bench.dataset!r} in {data_dir} ({state})"
-    state = "present" if os.path.exists(bench.path) else f"MISSING: set benchmark.path in {run.config_path} or --set"
-    return f"{bench.source} {bench.path} ({state})"
-
-
-def wall_seconds(folder: str):
-    """A finished run's training and evaluation time (seconds, from its results.json), or None."""
-    try:
-        results = read_json(os.path.join(folder, layout.RESULTS))
-        return float(results["train_seconds"]) + float(results["eval_seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def dry_run(runs, output: str) -> list[str]:
-    """The lines of ``--dry-run``: each run and whether it is finished, the data each benchmark
-    reads, the totals, and the time the rest should take, estimated from the finished runs' own
-    times in ``output`` (a run to do takes the mean of the finished runs of its benchmark and
-    variant, else of its benchmark and method; unknown without either)."""
-    lines, to_do, timed = [], [], 0
-    by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' seconds
-    for run in runs:
-        folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
-        is_done = finished(run, folder)
-        lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:8s} "
-                     f"{'finished' if is_done else 'to run'}")
-        if not is_done:
-            to_do.append(run)
-            continue
-        seconds = wall_seconds(folder)
-        if seconds is not None:
-            timed += 1
-            by_variant.setdefault((run.benchmark, run.variant), []).append(seconds)
-            by_method.setdefault((run.benchmark, run.method), []).append(seconds)
-    seen = {}
-    for run in runs:
-        seen.setdefault(run.benchmark, data_needed(run))
-    lines += [f"data: {benchmark}: {note}" for benchmark, note in seen.items()]
-    lines.append(f"{_count(len(runs), 'run')}: {len(runs) - len(to_do)} finished, {len(to_do)} to run")
-    if not to_do:
-        return lines
-    estimates = []
-    for run in to_do:
-        times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
-        if times:
-            estimates.append(sum(times) / len(times))
-    if not estimates:
-        lines.append(f"time to run: unknown (no finished run of the same benchmark and method in {output} "
-                     "to estimate from)")
-    elif len(estimates) == len(to_do):
-        lines.append(f"time to run: about {_duration(sum(estimates))} (each run as long as the finished ones of its "
-                     f"benchmark and variant, else method: {_count(timed, 'finished run')} in {output})")
-    else:
-        lines.append(f"time to run: about {_duration(sum(estimates))} for {len(estimates)} of the {len(to_do)} "
-                     f"runs (from {_count(timed, 'finished run')} in {output}); unknown for the other "
-                     f"{len(to_do) - len(estimates)} (no finished run of their benchmark and method)")
-    return lines
 
 
 def record_invocation(output: str, argv) -> None:
@@ -402,12 +320,14 @@ def main(argv=None) -> int:
     if not runs:
         raise UserError("nothing to run: no selected benchmark has a preset for the selected methods and studies")
     if args.dry_run:
-        print("\n".join(dry_run(runs, args.output)))
+        from gcl_tf.benchmark.dry_run import dry_run
+
+        print("\n".join(dry_run(runs, args.output, finished)))
         return 0
     check_data(runs)
     with exclusive(args.output):  # one suite at a time in DIR (each run also holds its own folder)
         record_invocation(args.output, argv)
-        print(f"{_count(len(runs), 'run')} planned into {args.output}", flush=True)
+        print(f"{len(runs)} run{'s' if len(runs) != 1 else ''} planned into {args.output}", flush=True)
         try:
             counts = run_suite(runs, args.output, verbose=args.verbose, log=lambda text: print(text, flush=True))
         except Stopped as stop:

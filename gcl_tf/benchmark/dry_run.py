@@ -1,0 +1,91 @@
+"""What ``python -m gcl_tf.benchmark paper --dry-run`` prints: every planned run and whether it
+is finished, the data each benchmark reads (and whether it is there), and the time the rest
+should take, estimated from the finished runs' own times."""
+from __future__ import annotations
+
+import os
+
+from gcl_tf.benchmark import layout
+from gcl_tf.io import read_json
+from gcl_tf.run_layout import RESULTS
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def data_needed(run) -> str:
+    """What a benchmark's runs read (``run``: a :class:`gcl_tf.benchmark.paper.Run`), and whether it is there."""
+    bench = run.config.benchmark
+    if bench.source == "digits":
+        return "scikit-learn's bundled digits (nothing to download)"
+    if bench.source == "tfds":
+        data_dir = bench.path or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+        state = ("prepared" if os.path.isdir(os.path.join(data_dir, bench.dataset))
+                 else "not prepared: downloaded on first use, which needs the network")
+        return f"TFDS {bench.dataset!r} in {data_dir} ({state})"
+    state = "present" if os.path.exists(bench.path) else f"MISSING: set benchmark.path in {run.config_path} or --set"
+    return f"{bench.source} {bench.path} ({state})"
+
+
+def wall_seconds(folder: str):
+    """A finished run's training and evaluation time (seconds, from its results.json), or None."""
+    try:
+        results = read_json(os.path.join(folder, RESULTS))
+        return float(results["train_seconds"]) + float(results["eval_seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def dry_run(runs, output: str, finished) -> list[str]:
+    """The lines of ``--dry-run``: each run and whether it is finished (``finished(run, folder)``,
+    :func:`gcl_tf.benchmark.paper.finished`), the data each benchmark
+    reads, the totals, and the time the rest should take, estimated from the finished runs' own
+    times in ``output`` (a run to do takes the mean of the finished runs of its benchmark and
+    variant, else of its benchmark and method; unknown without either)."""
+    lines, to_do, timed = [], [], 0
+    by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' seconds
+    for run in runs:
+        folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
+        is_done = finished(run, folder)
+        lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:8s} "
+                     f"{'finished' if is_done else 'to run'}")
+        if not is_done:
+            to_do.append(run)
+            continue
+        seconds = wall_seconds(folder)
+        if seconds is not None:
+            timed += 1
+            by_variant.setdefault((run.benchmark, run.variant), []).append(seconds)
+            by_method.setdefault((run.benchmark, run.method), []).append(seconds)
+    seen = {}
+    for run in runs:
+        seen.setdefault(run.benchmark, data_needed(run))
+    lines += [f"data: {benchmark}: {note}" for benchmark, note in seen.items()]
+    lines.append(f"{_count(len(runs), 'run')}: {len(runs) - len(to_do)} finished, {len(to_do)} to run")
+    if not to_do:
+        return lines
+    estimates = []
+    for run in to_do:
+        times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
+        if times:
+            estimates.append(sum(times) / len(times))
+    if not estimates:
+        lines.append(f"time to run: unknown (no finished run of the same benchmark and method in {output} "
+                     "to estimate from)")
+    elif len(estimates) == len(to_do):
+        lines.append(f"time to run: about {_duration(sum(estimates))} (each run as long as the finished ones of its "
+                     f"benchmark and variant, else method: {_count(timed, 'finished run')} in {output})")
+    else:
+        lines.append(f"time to run: about {_duration(sum(estimates))} for {len(estimates)} of the {len(to_do)} "
+                     f"runs (from {_count(timed, 'finished run')} in {output}); unknown for the other "
+                     f"{len(to_do) - len(estimates)} (no finished run of their benchmark and method)")
+    return lines
