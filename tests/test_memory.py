@@ -259,3 +259,23 @@ def test_er_train_step_does_not_retrace_across_steps_or_tasks(make_config, tmp_p
     assert CountingER.at_task_begin == [0, first_task, first_task]  # ... and never again
     assert CountingER.traces == first_task
     assert results["train_steps"] == 3 * 6
+
+
+def test_every_random_stream_takes_its_salt_from_the_one_table():
+    """gcl_tf/salts.py: distinct values, and no module of the package numbers a stream itself
+    (a salt literal outside the table, or a SALT constant of its own)."""
+    import os
+    import re
+
+    from gcl_tf import salts
+
+    values = {name: value for name, value in vars(salts).items() if name.isupper()}
+    assert len(values) >= 13 and len(set(values.values())) == len(values), values
+    package = os.path.dirname(salts.__file__)
+    own = re.compile(r"^\s*_?SALT\w*\s*=|(step_seed|task_rng)\([^)]*,\s*\d+\)", re.MULTILINE)
+    for folder, _, files in os.walk(package):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and path != salts.__file__:
+                with open(path, encoding="utf-8") as handle:
+                    assert not own.search(handle.read()), os.path.relpath(path, package)

@@ -10,14 +10,13 @@ from typing import Optional
 
 import numpy as np
 
+from gcl_tf import salts
 from gcl_tf.data.sources import SplitData, make_source
 from gcl_tf.errors import ConfigError
 
-# Salts keep the random streams of different purposes independent.
-_SALT_TRANSFORM, _SALT_TRAIN, _SALT_VALIDATION, _SALT_TEST = 1, 2, 3, 4
-
 
 def task_rng(seed: int, task: int, salt: int) -> np.random.Generator:
+    """The numpy stream of one purpose (``salt``: :mod:`gcl_tf.salts`) for one task."""
     return np.random.default_rng([seed, task, salt])
 
 
@@ -130,7 +129,7 @@ class ContinualBenchmark:
         chosen_tasks = range(len(groups)) if c.tasks is None else c.tasks
         for t in chosen_tasks:  # each task's data is keyed on (seed, t): the others need not be built
             classes = groups[t]
-            transform_rng = task_rng(self.seed, t, _SALT_TRANSFORM)
+            transform_rng = task_rng(self.seed, t, salts.TRANSFORM)
             if c.name == "permuted":
                 permutation = random_permutation(int(np.prod(self.input_shape)), transform_rng)
                 transform = {"permutation": permutation}
@@ -147,7 +146,7 @@ class ContinualBenchmark:
                 description = "classes " + ", ".join(str(int(k)) for k in classes)
 
             train_candidates = np.flatnonzero(np.isin(train.labels, classes))
-            chosen = self._choose(train_candidates, c.samples_per_task, task_rng(self.seed, t, _SALT_TRAIN),
+            chosen = self._choose(train_candidates, c.samples_per_task, task_rng(self.seed, t, salts.TRAIN),
                                   "samples_per_task")
             validation = None
             if c.validation_fraction > 0:
@@ -157,7 +156,7 @@ class ContinualBenchmark:
                         f"benchmark.validation_fraction: {c.validation_fraction} leaves no training samples "
                         f"in task {t} ({len(chosen)} samples)"
                     )
-                order = task_rng(self.seed, t, _SALT_VALIDATION).permutation(len(chosen))
+                order = task_rng(self.seed, t, salts.VALIDATION).permutation(len(chosen))
                 val_index, chosen = chosen[order[:n_val]], chosen[order[n_val:]]
                 val = train.subset(np.sort(val_index))
                 validation = SplitData(apply(val.images), val.labels)
@@ -172,7 +171,7 @@ class ContinualBenchmark:
                 else:
                     test_index = np.sort(
                         self._choose(test_candidates, min(c.test_samples_per_task, len(test_candidates)),
-                                     task_rng(self.seed, t, _SALT_TEST), "test_samples_per_task")
+                                     task_rng(self.seed, t, salts.TEST), "test_samples_per_task")
                     )
                 te = test.subset(test_index)
                 task_test = SplitData(apply(te.images), te.labels)

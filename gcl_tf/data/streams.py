@@ -15,12 +15,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.data.protocols import task_rng
 from gcl_tf.data.sources import SplitData
 from gcl_tf.errors import ConfigError
-
-_SALT_ORDER = 5
-_SALT_FLIP = 6
 
 
 def to_float(images):
@@ -32,7 +30,7 @@ def to_float(images):
 
 def epoch_orders(num_samples: int, epochs: int, seed: int, task_index: int) -> np.ndarray:
     """[epochs * (num_samples // batch)] sample order: one fresh permutation per epoch."""
-    rng = task_rng(seed, task_index, _SALT_ORDER)
+    rng = task_rng(seed, task_index, salts.ORDER)
     return np.concatenate([rng.permutation(num_samples) for _ in range(epochs)])
 
 
@@ -50,7 +48,7 @@ def task_steps_per_epoch(num_samples: int, batch_size: int, task_index: int) -> 
 def random_flips(images: np.ndarray, seed: int, task_index: int) -> np.ndarray:
     """A copy of ``images`` [N, H, W, C] with each image mirrored left-right with probability 1/2,
     drawn from the seed and the task (the same stream every run)."""
-    flip = task_rng(seed, task_index, _SALT_FLIP).random(len(images)) < 0.5
+    flip = task_rng(seed, task_index, salts.FLIP).random(len(images)) < 0.5
     out = images.copy()
     out[flip] = out[flip][:, :, ::-1]
     return out
