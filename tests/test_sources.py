@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -144,6 +146,35 @@ def test_npz_errors(tmp_path, make_config):
     assert "not a readable .npz" in one_line_data_error(lambda: make_source(config.benchmark).load("train"))
 
 
+@pytest.mark.parametrize("fill", [b"\xff" * 8, b"\x00" * 8])
+def test_an_npz_damaged_in_the_middle_names_the_array_and_what_is_wrong(tmp_path, make_config, fill):
+    """Bytes overwritten inside x_test's compressed data: zlib stops (its exception's class is
+    called "error", which alone said nothing) or the CRC-32 check fails; the line names the array
+    and the problem. The training split still reads."""
+    import zipfile
+
+    from gcl_tf.io import write_npz_atomic
+
+    x, y = random_split(20, (4, 4), 4, 0)
+    path = tmp_path / "damaged.npz"
+    write_npz_atomic(str(path), {"x_train": x, "y_train": y, "x_test": x, "y_test": y})
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("x_test.npy")
+    middle = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.compress_size // 2
+    raw = bytearray(path.read_bytes())
+    raw[middle:middle + len(fill)] = fill
+    path.write_bytes(bytes(raw))
+    source = make_source(make_config({"benchmark": {"source": "npz", "path": str(path)}}).benchmark)
+    assert len(source.load("train")) == 20
+    message = one_line_data_error(lambda: source.load("test"))
+    assert re.fullmatch(rf"{re.escape(str(path))}: its array x_test is damaged \((zlib\.error: Error -3 while "
+                        r"decompressing data: \w[\w ]+|zipfile\.BadZipFile: Bad CRC-32 for file 'x_test\.npy')\); "
+                        "the file changed after it was written: write or copy it again", message), message
+    path.write_bytes(bytes(raw[:len(raw) // 2]))  # cut short: no zip directory at its end
+    message = one_line_data_error(lambda: make_source(source.config).load("train"))
+    assert message == f"{path}: not a readable .npz file (zipfile.BadZipFile: File is not a zip file)"
+
+
 # ---------------------------------------------------------------------------------- folder
 def write_png_folder(root, classes: dict[str, int], size=(7, 5), seed=0):
     """root/{train,test}/<class>/*.png grayscale images; returns {split: {class: [arrays]}}."""
@@ -213,6 +244,62 @@ def test_folder_source_checks_every_image_size(tmp_path, make_config):
     assert "test/b/004.png" in message and "9x5" in message and "7x5" in message and "image_size" in message
     resized = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"), "image_size": 6}})
     assert make_source(resized.benchmark).load("test").images.shape[:3] == (12, 6, 6)
+
+
+def test_to_npz_keeps_grayscale_pngs_one_channel_and_names_a_colour_mix_or_a_damaged_png(tmp_path, capsys):
+    """python -m gcl_tf.data to-npz without --color-mode: MNIST-like single-channel PNGs become
+    [N, 28, 28, 1] (not three copies of the channel), colour PNGs [N, 28, 28, 3]; a folder mixing
+    both is one line naming an image of each and --color-mode (which converts them all); a PNG
+    damaged in its middle is one line naming it (TensorFlow's decoder names no file)."""
+    from PIL import Image
+
+    from gcl_tf.data.__main__ import main
+
+    def convert(path, *more):
+        output = tmp_path / f"{path.name}-{len(list(tmp_path.glob('*.npz')))}.npz"
+        main(["to-npz", "--source", "folder", "--path", str(path), "--output", str(output), *more])
+        with np.load(output) as archive:
+            return archive["x_train"], archive["x_test"]
+
+    def refused(path, *more) -> str:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stop:
+            convert(path, *more)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: "), err
+        return err.strip()
+
+    written = write_png_folder(tmp_path / "gray", {"a": 2, "b": 2}, size=(28, 28))
+    x_train, x_test = convert(tmp_path / "gray")
+    assert x_train.shape == (4, 28, 28, 1) and x_test.shape == (8, 28, 28, 1)
+    np.testing.assert_array_equal(x_train[..., 0], np.stack(written["train"]["a"] + written["train"]["b"]))
+    assert "4 training and 8 test images of 28x28x1, 2 classes" in capsys.readouterr().out
+    assert convert(tmp_path / "gray", "--color-mode", "rgb")[0].shape == (4, 28, 28, 3)
+
+    colour = tmp_path / "colour" / "train" / "a"
+    colour.mkdir(parents=True)
+    Image.fromarray(np.full((28, 28, 3), 7, np.uint8)).save(colour / "0.png")
+    (tmp_path / "colour" / "test").mkdir()
+    shutil.copytree(colour, tmp_path / "colour" / "test" / "a")
+    assert convert(tmp_path / "colour")[0].shape == (1, 28, 28, 3)
+
+    Image.fromarray(np.full((28, 28, 3), 7, np.uint8)).save(tmp_path / "gray" / "test" / "b" / "zz.png")
+    assert refused(tmp_path / "gray") == (
+        f"error: --path: the images mix grayscale ({str(tmp_path / 'gray' / 'train' / 'a' / '000.png')!r}) and "
+        f"colour ({str(tmp_path / 'gray' / 'test' / 'b' / 'zz.png')!r}); allowed: --color-mode grayscale or "
+        "--color-mode rgb to convert every image to one")
+    assert convert(tmp_path / "gray", "--color-mode", "grayscale")[1].shape == (9, 28, 28, 1)
+
+    damaged = tmp_path / "damaged"
+    write_png_folder(damaged, {"a": 2, "b": 2}, size=(28, 28))
+    png = damaged / "train" / "b" / "001.png"
+    raw = bytearray(png.read_bytes())
+    raw[len(raw) // 2:len(raw) // 2 + 40] = bytes(range(40))
+    png.write_bytes(bytes(raw))
+    message = refused(damaged)
+    assert message.startswith(f"error: benchmark.path: cannot decode image {str(png)!r} (OSError: "), message
+    assert message.endswith("; replace or remove it") and "function_node" not in message
 
 
 # ---------------------------------------------------------------------------------- digits

@@ -9,8 +9,10 @@ about a second with ``benchmark.source: npz``:
         --set benchmark.source=npz --set benchmark.path=data/cifar10.npz
 
 The file holds ``x_train, y_train, x_test, y_test`` (uint8 images ``[N, H, W, C]``, int64 labels)
-and ``class_names`` when the source knows them; it is written atomically. Every check of the
-source applies (image sizes, empty classes, unreadable files: one line, exit status 2).
+and ``class_names`` when the source knows them; it is written atomically. Folder images keep
+their kind: one channel when every image has one (MNIST-like PNGs), RGB when every image has
+colour; ``--color-mode`` converts a mix. Every check of the source applies (image sizes, empty
+classes, unreadable or damaged files: one line, exit status 2).
 """
 from __future__ import annotations
 
@@ -29,15 +31,31 @@ from gcl_tf.io import write_npz_atomic
 PROG = "python -m gcl_tf.data"
 
 
-def to_npz(source: str, path, output: str, dataset: str = "data", image_size=None, color_mode: str = "rgb",
+def folder_color_mode(path: str) -> str:
+    """The colour mode of a folder of images when none is given: ``grayscale`` when every image
+    has one channel (MNIST-like PNGs stay ``[N, H, W, 1]``), ``rgb`` when every image has colour; a
+    mix is a UserError naming one image of each kind and ``--color-mode``."""
+    from gcl_tf.data.files import folder_colours
+
+    kinds = folder_colours(path)
+    if len(kinds) == 2:
+        raise UserError(f"--path: the images mix grayscale ({kinds['grayscale']!r}) and colour ({kinds['rgb']!r}); "
+                        "allowed: --color-mode grayscale or --color-mode rgb to convert every image to one")
+    return next(iter(kinds), "rgb")
+
+
+def to_npz(source: str, path, output: str, dataset: str = "data", image_size=None, color_mode: str | None = None,
            overwrite: bool = False) -> dict:
-    """Read both splits of a source and write them to ``output`` as a ``.npz``; returns the counts."""
+    """Read both splits of a source and write them to ``output`` as a ``.npz``; returns the counts.
+    ``color_mode`` None: the folder source's images' own (:func:`folder_color_mode`)."""
     from gcl_tf.data.sources import make_source
 
     if os.path.exists(output) and not overwrite:
         raise UserError(f"--output: {output!r} exists; allowed: a new file, or --overwrite")
     if source == "npz":
         raise UserError("--source: npz is already the target format; allowed: folder, idx, tfds, digits")
+    if color_mode is None:
+        color_mode = folder_color_mode(path) if source == "folder" and os.path.isdir(str(path)) else "rgb"
     config = BenchmarkConfig(source=source, path=path, dataset=dataset, image_size=image_size, color_mode=color_mode)
     data = make_source(config)
     train, test = data.load("train"), data.load("test")
@@ -58,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--path", help="the source's benchmark.path (folder root, IDX folder, TFDS data_dir)")
     convert.add_argument("--dataset", default="data", help="benchmark.dataset (the TFDS name for source tfds)")
     convert.add_argument("--image-size", type=int, default=None, help="resize folder images to N x N")
-    convert.add_argument("--color-mode", default="rgb", choices=["rgb", "grayscale"])
+    convert.add_argument("--color-mode", default=None, choices=["rgb", "grayscale"],
+                         help="convert folder images to this (default: grayscale when every image has one "
+                              "channel, rgb when every image has colour)")
     convert.add_argument("--output", required=True, help="the .npz file to write")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     return parser

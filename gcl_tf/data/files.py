@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import struct
 
 import numpy as np
@@ -78,6 +79,25 @@ class IdxSource(Source):
 
 
 # -------------------------------------------------------------------------------------- npz
+def describe_error(error: BaseException) -> str:
+    """``module.Class: first line`` of an exception, e.g. ``zlib.error: Error -3 while
+    decompressing data: invalid distance code`` (its bare class name alone says "error")."""
+    kind = type(error)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.rsplit('.', 1)[-1]}.{kind.__name__}"
+    text = " ".join(str(error).split())
+    return f"{name}: {text}" if text else name
+
+
+def read_npz_array(archive, key: str, path: str) -> np.ndarray:
+    """One array of an open .npz; a DataError naming the array and what is wrong with it when its
+    bytes do not decompress or fail their checksum (a file damaged after it was written)."""
+    try:
+        return archive[key]
+    except Exception as error:  # zlib.error, zipfile.BadZipFile (bad CRC-32), ValueError (header), ...
+        raise DataError(f"{path}: its array {key} is damaged ({describe_error(error)}); "
+                        "the file changed after it was written: write or copy it again") from None
+
+
 class NpzSource(Source):
     name = "npz"
 
@@ -85,22 +105,70 @@ class NpzSource(Source):
         path = self.config.path
         if not os.path.isfile(path):
             raise DataError(f"benchmark.path: file {path!r} does not exist")
+        x_key, y_key = f"x_{split}", f"y_{split}"
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                keys = set(archive.files)
-                x_key, y_key = f"x_{split}", f"y_{split}"
-                if x_key not in keys or y_key not in keys:
-                    raise DataError(f"{path}: missing {x_key}/{y_key}; a .npz needs x_train, y_train, x_test, y_test")
-                images, labels = archive[x_key], archive[y_key]
-        except DataError:
-            raise
-        except Exception as error:  # zipfile.BadZipFile, ValueError, ...
-            raise DataError(f"{path}: not a readable .npz file ({error.__class__.__name__})") from None
+            archive = np.load(path, allow_pickle=False)
+        except Exception as error:  # zipfile.BadZipFile (not a zip), ValueError, ...
+            raise DataError(f"{path}: not a readable .npz file ({describe_error(error)})") from None
+        with archive:
+            keys = set(archive.files)
+            if x_key not in keys or y_key not in keys:
+                raise DataError(f"{path}: missing {x_key}/{y_key}; a .npz needs x_train, y_train, x_test, y_test")
+            images, labels = (read_npz_array(archive, key, path) for key in (x_key, y_key))
         images = _as_uint8_images(images, f"{path} {x_key}")
         return SplitData(images, _as_labels(labels, len(images), f"{path} {y_key}"))
 
 
 # ----------------------------------------------------------------------------------- folder
+def folder_images(path: str, splits=("train", "test")):
+    """Every image file of a folder source, ``path/<split>/<class>/*``, in sorted order."""
+    for split in splits:
+        root = os.path.join(path, split)
+        if not os.path.isdir(root):
+            continue
+        for name in sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))):
+            folder = os.path.join(root, name)
+            for file in sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)):
+                yield os.path.join(folder, file)
+
+
+def image_colour(path: str) -> str:
+    """``grayscale`` for an image of one channel (with or without alpha: PIL modes 1, L, LA, I,
+    I;16, F), ``rgb`` for colour (RGB, RGBA, a palette, CMYK...): read from its header."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            mode = image.mode
+    except Exception as error:
+        raise DataError(f"benchmark.path: cannot read image {path!r} ({describe_error(error)})") from None
+    return "grayscale" if Image.getmodebase(mode) == "L" else "rgb"
+
+
+def folder_colours(path: str) -> dict[str, str]:
+    """The colour kinds of a folder source's images: ``{kind: the first image of that kind}``,
+    kind ``grayscale`` or ``rgb`` (headers only, no decoding)."""
+    first: dict[str, str] = {}
+    for file in folder_images(path):
+        first.setdefault(image_colour(file), file)
+        if len(first) == 2:
+            break
+    return first
+
+
+def first_undecodable(files) -> tuple[str, str] | None:
+    """The first of ``files`` that PIL cannot decode whole, with why; None if all decode."""
+    from PIL import Image
+
+    for path in files:
+        try:
+            with Image.open(path) as image:
+                image.load()
+        except Exception as error:
+            return path, describe_error(error)
+    return None
+
+
 class FolderSource(Source):
     name = "folder"
 
@@ -142,7 +210,7 @@ class FolderSource(Source):
                         width, height = image.size
                 except Exception as error:
                     raise DataError(f"benchmark.path: cannot read image {path!r} "
-                                    f"({error.__class__.__name__})") from None
+                                    f"({describe_error(error)})") from None
                 if (height, width) != tuple(size):
                     raise DataError(
                         f"benchmark.path: {path!r} is {height}x{width} but the training images are "
@@ -189,6 +257,11 @@ class FolderSource(Source):
                 images.append(np.clip(np.round(x), 0, 255).astype(np.uint8))
                 labels.append(y.astype(np.int64))
         except Exception as error:
-            message = f"benchmark.path: cannot read images under {root!r} ({error.__class__.__name__}: {error})"
+            bad = first_undecodable(folder_images(self.config.path, (split,)))
+            if bad is not None:  # name the file TensorFlow's decoder stopped at
+                raise DataError(f"benchmark.path: cannot decode image {bad[0]!r} ({bad[1]}); "
+                                "replace or remove it") from None
+            reason = re.sub(r"\{\{[^}]*\}\}\s*", "", str(error))  # without TF's {{function_node ...}}
+            message = f"benchmark.path: cannot read images under {root!r} ({error.__class__.__name__}: {reason})"
             raise DataError(message.splitlines()[0]) from None
         return SplitData(np.concatenate(images), np.concatenate(labels))
