@@ -1,8 +1,7 @@
 """``python -m gcl_tf.benchmark <command> [args...]``: dispatch to a subcommand module.
 
 A subcommand is a module ``gcl_tf.benchmark.<command>`` with ``main(argv=None) -> int`` (its own
-argparse, ``prog="python -m gcl_tf.benchmark <command>"``); its docstring's first line is its
-help. ``throughput`` is listed only when gcl_tf/benchmark/throughput.py exists.
+argparse, ``prog="python -m gcl_tf.benchmark <command>"``), imported when it is chosen.
 """
 from __future__ import annotations
 
@@ -11,38 +10,25 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import importlib
-import importlib.util
 import sys
 
 from gcl_tf.errors import USAGE_EXIT_CODE
 
+# command: (module, one line of help)
 COMMANDS = {
-    "paper": "gcl_tf.benchmark.paper",
-    "plots": "gcl_tf.benchmark.plots",
-    "presets": "gcl_tf.benchmark.presets",
-}
-# ---- optional subcommands: registered only when their module is present ------------------
-OPTIONAL_COMMANDS = {
-    "throughput": "gcl_tf.benchmark.throughput",  # written separately (speed measurements)
-    "gpu": "gcl_tf.benchmark.gpu",  # the GPU check (docs/gpu.md)
-}
-for _name, _module in OPTIONAL_COMMANDS.items():
-    if importlib.util.find_spec(_module) is not None:
-        COMMANDS[_name] = _module
-# -------------------------------------------------------------------------------------------
-
-SUMMARIES = {
-    "paper": "run the paper's experiments (resumable) and write its tables and figures",
-    "plots": "redraw every table and figure of a suite from its saved results (no training)",
-    "presets": "check that every config's presets learn on a short stream of real data",
-    "throughput": "speed measurements (gcl_tf/benchmark/throughput.py)",
-    "gpu": "the GPU check: speed with XLA and mixed precision, placement, a mirrored run (docs/gpu.md)",
+    "paper": ("gcl_tf.benchmark.paper", "run the paper's experiments (resumable) and write its tables and figures"),
+    "plots": ("gcl_tf.benchmark.plots",
+              "redraw every table and figure of a suite from its saved results (no training)"),
+    "presets": ("gcl_tf.benchmark.presets", "check that every config's presets learn on a short stream of real data"),
+    "throughput": ("gcl_tf.benchmark.throughput", "speed measurements (docs/performance.md)"),
+    "gpu": ("gcl_tf.benchmark.gpu",
+            "the GPU check: speed with XLA and mixed precision, placement, a mirrored run (docs/gpu.md)"),
 }
 
 
 def usage() -> str:
     lines = ["usage: python -m gcl_tf.benchmark <command> [args...]", "", "commands:"]
-    lines += [f"  {name:12s} {SUMMARIES.get(name, '')}" for name in COMMANDS]
+    lines += [f"  {name:12s} {summary}" for name, (_, summary) in COMMANDS.items()]
     lines += ["", "python -m gcl_tf.benchmark <command> --help shows a command's options."]
     return "\n".join(lines)
 
@@ -59,7 +45,7 @@ def main(argv=None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return USAGE_EXIT_CODE
-    return importlib.import_module(COMMANDS[command]).main(rest) or 0
+    return importlib.import_module(COMMANDS[command][0]).main(rest) or 0
 
 
 if __name__ == "__main__":

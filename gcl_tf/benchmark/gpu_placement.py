@@ -25,11 +25,10 @@ FLOAT_TYPES = {1, 2, 14, 19}  # DT_FLOAT, DT_DOUBLE, DT_BFLOAT16, DT_HALF
 # An XLA computation runs whole on one device: what it draws (the graph noise, under jit_compile)
 # is not visible as ops, but it is drawn where the computation runs.
 XLA_OPS = {"_XlaCompile", "_XlaRun", "XlaLaunch", "_XlaMerge"}
-# TensorFlow records no placed graph for a function compiled whole by XLA (jit_compile=True): it
-# is one XLA computation on one device. The placement checks therefore trace the same step
-# without XLA, where every op's placement is recorded; under XLA those ops run inside one
-# computation on the device the step was placed on.
-PLACEMENT_WITHOUT_XLA = True
+# The steps checked here are traced without XLA: TensorFlow records no placed graph for a function
+# compiled whole by XLA (jit_compile=True), which is one XLA computation on one device. Without
+# XLA every op's placement is recorded; under XLA those ops run inside one computation on the
+# device the step was placed on.
 
 
 def state_variables(model) -> dict:
@@ -160,7 +159,7 @@ def check_step(run_steps, count_traces, devices) -> dict:
 
 def placement_single(devices, quick, log) -> dict:
     """A float32 GCL model (MLP) built and stepped on the single device under test. The step's
-    placement is read without XLA (see :data:`PLACEMENT_WITHOUT_XLA`)."""
+    placement is read without XLA (see :data:`XLA_OPS`)."""
     import tensorflow as tf
 
     from gcl_tf.benchmark import workloads
@@ -233,21 +232,9 @@ def end_to_end(devices, quick, folder, log) -> dict:
                   "log_every": 0, "checkpoint_every": 0, "distribute": "mirrored", "devices": devices.replicas},
         "eval": {"batch_size": eval_batch},
     })
-    built = {}
-    original = train.build_training_state
-
-    def keep(*args, **kwargs):  # the run's model, for the checks after it
-        built["state"] = original(*args, **kwargs)
-        return built["state"]
-
-    train.build_training_state = keep
     started = time.perf_counter()
-    try:
-        results = train.run(config, output_dir=os.path.join(folder, "run"), overwrite=True, verbose=0)
-    finally:
-        train.build_training_state = original
+    results, model = train.train_model(config, output_dir=os.path.join(folder, "run"), overwrite=True, verbose=0)
     seconds = time.perf_counter() - started
-    model = built["state"][0]
     strategy = model.distribute_strategy
     log(f"  {replicas} replica(s) on {', '.join(devices.replicas)}: ACC {results['acc']:.1f} over 5 tasks "
         f"({results['train_steps']} steps) in {seconds:.0f} s; jit_compile {model.jit_compile}")
@@ -263,7 +250,7 @@ def end_to_end(devices, quick, folder, log) -> dict:
     def one_step_on_data(data):  # as Keras's train_function runs it: strategy.run in one tf.function
         return strategy.run(per_replica, args=(data,))
 
-    step = tf.function(one_step_on_data, reduce_retracing=True)  # without XLA: PLACEMENT_WITHOUT_XLA
+    step = tf.function(one_step_on_data, reduce_retracing=True)  # without XLA (see XLA_OPS)
 
     def run():
         for _ in range(3):
