@@ -6,11 +6,16 @@ The command-line entry points import TensorFlow through :func:`import_tensorflow
 Python API's first import of TensorFlow goes through :func:`quiet_import` (gcl_tf/import_hooks.py):
 stderr is captured during the import and replayed without those INFO lines (everything else, and
 all of it when ``TF_CPP_MIN_LOG_LEVEL`` is 0, is kept).
+
+Both also choose TensorFlow's CPU kernels before its first import (:func:`choose_cpu_kernels`):
+oneDNN on x86 CPUs unless ``TF_ENABLE_ONEDNN_OPTS`` is set (a TensorFlow imported before gcl_tf
+keeps whatever it started with).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -24,6 +29,32 @@ _NOISE = re.compile(
     r"|E\d{4} [\d:.]+\s+\d+ cuda_platform\.cc:\d+\] failed call to cuInit)"
 )
 _capturing = False  # a capture is under way (an import inside another one is captured once)
+
+#: Processors where gcl_tf turns TensorFlow's oneDNN kernels on when the user has not chosen
+#: (``platform.machine()`` names). TensorFlow's x86 build enables oneDNN by itself only on CPUs with
+#: AVX-512 neural-network features (VNNI, BF16, AMX); on the AVX2-only CPUs it leaves them off,
+#: where the ConvNet GCL step is 1.3x faster with them on and the MLP step unchanged
+#: (docs/performance.md#onednn-on-every-x86-cpu). Not on ARM: TensorFlow chooses its ACL-backed
+#: oneDNN there itself and it has not been measured here.
+ONEDNN_MACHINES = frozenset({"x86_64", "AMD64", "amd64", "i686", "i386"})
+
+
+def onednn_setting(environ, machine: str) -> str | None:
+    """The value gcl_tf gives ``TF_ENABLE_ONEDNN_OPTS`` before TensorFlow is imported: ``"1"`` on
+    an x86 ``machine`` when ``environ`` does not set it, else None (a user's setting, even an
+    empty one, always wins; other processors keep TensorFlow's own choice)."""
+    if "TF_ENABLE_ONEDNN_OPTS" in environ or machine not in ONEDNN_MACHINES:
+        return None
+    return "1"
+
+
+def choose_cpu_kernels(environ=None) -> None:
+    """Set ``TF_ENABLE_ONEDNN_OPTS`` by :func:`onednn_setting`; call before TensorFlow's first
+    import (TensorFlow reads it once, when its kernels load)."""
+    environ = os.environ if environ is None else environ
+    value = onednn_setting(environ, platform.machine())
+    if value is not None:
+        environ["TF_ENABLE_ONEDNN_OPTS"] = value
 
 
 def _wanted() -> bool:
@@ -67,6 +98,7 @@ def quiet_import(execute, tensorflow_module) -> None:
     """Run ``execute()`` (the import of TensorFlow) and list the devices (the CUDA probe logs
     then) with the start-up lines dropped; ``TF_CPP_MIN_LOG_LEVEL`` 2 unless it is set."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    choose_cpu_kernels()
     with startup_lines_dropped():
         execute()
         tensorflow_module.config.list_physical_devices()
@@ -75,6 +107,7 @@ def quiet_import(execute, tensorflow_module) -> None:
 def import_tensorflow():
     """Import and return ``tensorflow`` with its import-time INFO lines dropped from stderr."""
     if "tensorflow" not in sys.modules:
+        choose_cpu_kernels()
         with startup_lines_dropped():
             import tensorflow
 

@@ -1,0 +1,69 @@
+"""gcl_tf turns TensorFlow's oneDNN kernels on where TensorFlow leaves them off (x86 CPUs without
+AVX-512 neural-network features), before TensorFlow is imported, in the CLI and the Python API;
+a user's own ``TF_ENABLE_ONEDNN_OPTS`` always wins, and deterministic runs stay deterministic."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from gcl_tf.quiet import ONEDNN_MACHINES, onednn_setting
+
+X86 = platform.machine() in ONEDNN_MACHINES
+MKL = "from tensorflow.python.util import _pywrap_util_port as port; print('onednn', port.IsMklEnabled())"
+
+
+def test_onednn_is_chosen_on_x86_only_when_the_user_has_not_chosen():
+    assert onednn_setting({}, "x86_64") == "1"
+    assert onednn_setting({"PATH": "/bin"}, "AMD64") == "1"
+    for given in ("0", "1", ""):  # a user's setting, even an empty one, is theirs
+        assert onednn_setting({"TF_ENABLE_ONEDNN_OPTS": given}, "x86_64") is None
+    for machine in ("aarch64", "arm64", "ppc64le", "s390x"):  # TensorFlow's own choice there
+        assert onednn_setting({}, machine) is None
+
+
+def _python(code: str, **env_changes) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    env.update(env_changes)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.skipif(not X86, reason="gcl_tf chooses oneDNN on x86 CPUs only")
+@pytest.mark.parametrize("first_import", [
+    "import gcl_tf, tensorflow",                                          # the Python API: any import of TensorFlow
+    "import gcl_tf, keras",                                               # ... or of Keras, after gcl_tf
+    "from gcl_tf.quiet import import_tensorflow; import_tensorflow()",    # the command-line entry points
+])
+def test_tensorflow_runs_with_onednn_after_gcl_tf_unless_the_user_says_otherwise(first_import):
+    assert "onednn True" in _python(f"{first_import}\n{MKL}")
+    assert "onednn False" in _python(f"{first_import}\n{MKL}", TF_ENABLE_ONEDNN_OPTS="0")
+
+
+DETERMINISTIC_STEPS = """
+import hashlib
+import gcl_tf, keras, numpy as np, tensorflow as tf
+from gcl_tf.benchmark.workloads import make_model, random_batches
+tf.config.experimental.enable_op_determinism()
+keras.utils.set_random_seed(0)
+shape = (32, 32, 3)
+model = make_model("gcl", shape, memory=20, backbone="convnet", hidden=32)
+x, y = random_batches(shape, 6)
+for i in range(6):
+    model.train_on_batch(x[10 * i:10 * (i + 1)], y[10 * i:10 * (i + 1)])
+digest = hashlib.sha256(b"".join(np.asarray(v).tobytes() for v in model.weights)).hexdigest()
+print("weights", digest)
+""" + MKL
+
+
+@pytest.mark.slow
+def test_a_deterministic_convnet_gcl_run_is_bit_identical_with_onednn():
+    """Op determinism with oneDNN's convolutions and BatchNorm: two processes, the same weights
+    after six GCL steps of the authors' ConvNet (memory filling, then replay)."""
+    first, second = _python(DETERMINISTIC_STEPS), _python(DETERMINISTIC_STEPS)
+    assert ("onednn True" in first) == X86
+    assert first.split("weights")[1] == second.split("weights")[1]
