@@ -61,6 +61,8 @@ def test_set_goes_over_the_preset_and_a_check_is_reused_only_with_the_same_set(t
     stream = dict(num_tasks=2, samples_per_task=100)
     plain = presets.check(quick, "er", data, folder, **stream)
     assert plain["overrides"] == []
+    # only what the report is made of stays: no checkpoints, learner, TensorBoard events, artifacts
+    assert sorted(os.listdir(folder)) == ["check.json", "config.yaml", "results.json"]
     lower = presets.check(quick, "er", data, folder, overrides=["train.learning_rate=0.001"], **stream)
     assert lower["overrides"] == ["train.learning_rate=0.001"] and lower["acc"] != plain["acc"]
 
@@ -76,6 +78,19 @@ def test_set_goes_over_the_preset_and_a_check_is_reused_only_with_the_same_set(t
     with pytest.raises(AssertionError, match="ran again"):
         presets.check(str(tmp_path / "quickstart.yaml"), "er", data, folder,
                       overrides=["train.learning_rate=0.001"], **stream)
+
+
+def test_the_verdict_line_says_what_it_measures_and_that_acc_is_not_it():
+    """A split stream that learns each new task and forgets the earlier ones: "learns" stands
+    with the new-task accuracy and its threshold, not next to an ACC of 13.6 as if it judged it."""
+    row = {"config": "split_fashion_mnist", "method": "gcl", "acc": 13.6, "new_task_accuracy": 55.0,
+           "chance": 10.0, "threshold": 32.5, "learns": True}
+    assert presets.verdict(row) == (
+        "split_fashion_mnist      gcl      learns each new task: yes (new-task accuracy  55.0 >= threshold 32.5)  "
+        "ACC  13.6 (every task at the end)")
+    stalled = presets.verdict({**row, "new_task_accuracy": 10.2, "learns": False, "note": "samples per task cut"})
+    assert "learns each new task: NO  (new-task accuracy  10.2 <  threshold 32.5)" in stalled
+    assert stalled.endswith("(every task at the end)  (samples per task cut)")
 
 
 def test_data_option_errors_are_one_line():
@@ -151,3 +166,7 @@ def test_presets_command_cuts_short_tasks_skips_a_broken_config_and_writes_the_r
     assert "| ACC | new-task accuracy | chance | threshold | learns (new-task accuracy >= threshold) |" in report
     assert f"| split_fashion_mnist | digits | er | 3 x {fewest} | {split['acc']:.1f} |" in report
     assert "Skipped:" in report and "- broken er: method.memory_size: -1 is out of range" in report
+    assert "split_fashion_mnist      er       learns each new task: yes (new-task accuracy " in proc.stdout
+    runs = out / "runs" / "split_fashion_mnist" / "er"
+    assert sorted(os.listdir(runs)) == ["check.json", "config.yaml", "results.json"]
+    assert f"{out / 'runs'} keeps each run's check.json, config.yaml, results.json only (" in proc.stdout

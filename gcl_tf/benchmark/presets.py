@@ -21,9 +21,12 @@ the report says so. A config that cannot run on the data (one line naming the co
 skipped, with its reason in the report, and the others are checked.
 
 Writes ``DIR/presets.json`` and ``DIR/presets.md`` (ACC, new-task accuracy and the learning check
-per config and method, what was cut or skipped); each run goes to ``DIR/runs/<config>/<method>/``
-and is reused when finished with the same preset and ``--set``, so an interrupted check resumes.
-Exit status 1 when a preset does not learn or a config was skipped for an error.
+per config and method, what was cut or skipped); each run goes to ``DIR/runs/<config>/<method>/``,
+which keeps only what the report is made of (its ``results.json``, ``config.yaml`` and
+``check.json``, a few KB: the run's checkpoints, learner, TensorBoard events and artifacts, a few
+MB a check, are removed when it ends), and is reused when finished with the same preset and
+``--set``, so an interrupted check resumes. Exit status 1 when a preset does not learn or a config
+was skipped for an error.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 
@@ -41,6 +45,7 @@ from gcl_tf.io import read_json, write_atomic, write_json_atomic
 
 PROG = "python -m gcl_tf.benchmark presets"
 RGB_BACKBONES = ("convnet", "resnet18")
+KEPT = ("check.json", "config.yaml", "results.json")  # of a check's run: what the report is made of
 
 
 @dataclass
@@ -162,6 +167,7 @@ def check(config_path: str, method: str, data: Data, output_dir: str, **stream) 
                     f"{data_label(data)}")
     benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=False, source=source)
     results = train.run(config, output_dir=output_dir, overwrite=True, verbose=0, benchmark=benchmark)
+    prune_run(output_dir)
     chance_accuracy = chance(config, benchmark.num_classes)
     ok, score = learns(results["accuracy_matrix"], chance_accuracy)
     row = {"config": os.path.splitext(os.path.basename(config_path))[0], "method": method, "data": data_label(data),
@@ -171,6 +177,32 @@ def check(config_path: str, method: str, data: Data, output_dir: str, **stream) 
            "overrides": list(stream.get("overrides", ())), "preset": preset_of(config)}
     write_json_atomic(row_path, row)
     return row
+
+
+def prune_run(output_dir: str) -> None:
+    """Remove from a check's run folder all but :data:`KEPT` (checkpoints, learner, TensorBoard
+    events, artifacts.npz: what a check does not report, a few MB a check)."""
+    for name in os.listdir(output_dir):
+        if name in KEPT:
+            continue
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def folder_bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
+
+
+def verdict(row: dict) -> str:
+    """A check's line: its verdict named by what it measures (each new task learned, the
+    new-task accuracy against the threshold), then ACC, which it does not judge."""
+    ok, limit = row["learns"], row.get("threshold", threshold(row["chance"]))
+    return (f"{row['config']:24s} {row['method']:8s} learns each new task: {'yes' if ok else 'NO '} "
+            f"(new-task accuracy {row['new_task_accuracy']:5.1f} {'>=' if ok else '< '} threshold {limit:4.1f})  "
+            f"ACC {row['acc']:5.1f} (every task at the end)" + (f"  ({row['note']})" if row.get("note") else ""))
 
 
 LEGEND = """\
@@ -261,17 +293,17 @@ def main(argv=None) -> int:
                 print(f"{name} {method}: skipped ({path}: {reason})", flush=True)
                 continue
             rows.append(row)
-            print(f"{name:24s} {method:8s} ACC {row['acc']:5.1f}  new-task accuracy {row['new_task_accuracy']:5.1f} "
-                  f"(threshold {threshold(row['chance']):4.1f})  {'learns' if row['learns'] else 'DOES NOT LEARN'}"
-                  + (f"  ({row['note']})" if row.get("note") else ""), flush=True)
+            print(verdict(row), flush=True)
     write_json_atomic(os.path.join(args.output, "presets.json"), rows)
     write_atomic(os.path.join(args.output, "presets.md"), markdown(rows, args.overrides))
-    print(f"report: {os.path.join(args.output, 'presets.md')} (learns: new-task accuracy above the threshold; "
-          "ACC: every task at the end)", flush=True)
+    runs = os.path.join(args.output, "runs")
+    print(f"report: {os.path.join(args.output, 'presets.md')} (learns each new task: new-task accuracy >= chance + "
+          "a quarter of the way to 100%; ACC: every task at the end, forgetting included); "
+          f"{runs} keeps each run's {', '.join(KEPT)} only ({folder_bytes(runs) / 1e3:.0f} KB)", flush=True)
     failed = [f"{r['config']}/{r['method']}" for r in rows if r["learns"] is False]
     skipped = [f"{r['config']}/{r['method']}" for r in rows if r.get("skipped")]
     if failed:
-        print(f"presets that do not learn: {', '.join(failed)}", flush=True)
+        print(f"presets that do not learn each new task: {', '.join(failed)}", flush=True)
     if skipped:
         print(f"presets skipped for an error: {', '.join(skipped)}", flush=True)
     return 1 if failed or skipped else 0
