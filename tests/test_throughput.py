@@ -25,6 +25,42 @@ def test_throughput_quick_writes_every_section(tmp_path):
     assert {r["memory"] for r in sweep} == {50, 100} and all(r["traces"] == 1 for r in sweep)
     assert (tmp_path / "memory_sweep.png").stat().st_size > 1000
     assert "GFLOP/s" in (tmp_path / "throughput.md").read_text()
+    against = report["against_torch"]  # PyTorch's step in turns with ours, when torch is importable
+    if against["rows"]:
+        (row,) = against["rows"]
+        assert set(row["ms"]) == {"gcl_tf, oneDNN off", "gcl_tf, oneDNN on", "PyTorch eager"}
+        assert all(value > 0 for value in row["ratio_to_torch"].values())
+        assert "/ PyTorch" in (tmp_path / "throughput.md").read_text()
+    else:
+        assert "torch is not importable" in against["note"]
+
+
+def test_throughput_runs_only_the_sections_asked_for_and_names_the_allowed_ones(tmp_path):
+    command = [sys.executable, "-m", "gcl_tf.benchmark", "throughput", "--quick", "--sections", "steps,eval"]
+    proc = subprocess.run(command + ["--output", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "throughput.json").read_text())
+    assert {"gcl_steps", "gcl_eval"} <= set(report) and not {"memory_sweep", "against_torch"} & set(report)
+    proc = subprocess.run(command[:-1] + ["steps,speed"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: --sections: speed unknown; allowed: steps,eval,keras,input,sweep,torch"]
+
+
+def test_against_torch_reports_each_rounds_ratio_and_the_cpu():
+    from gcl_tf.benchmark import against_torch
+
+    times = {"gcl_tf, oneDNN off": [10.0, 12.0, 9.0], "gcl_tf, oneDNN on": [6.0, 7.0, 5.0],
+             "PyTorch eager": [10.0, 10.0, 10.0]}
+    row = against_torch.summarize("cifar", times)
+    assert row["ms"]["gcl_tf, oneDNN on"] == 6.0 and row["ms"]["PyTorch eager"] == 10.0
+    assert row["ratio_to_torch"] == {"gcl_tf, oneDNN off": 1.0, "gcl_tf, oneDNN on": 0.6}
+    assert row["ratio_range"]["gcl_tf, oneDNN on"] == [0.5, 0.7]
+    text = "\n".join(against_torch.markdown({"torch": {"version": "2.x"}, "cpu": {"model": "AMD EPYC",
+                                                                                    "vector_flags": ["avx", "avx2"]},
+                                             "rows": [row], "note": ""}))
+    assert "| GCL step, convnet, memory 250 | 10.0 | 6.0 | 10.0 | 1.00x (0.90-1.20) | 0.60x (0.50-0.70) |" in text
+    assert "AMD EPYC, avx avx2" in text
 
 
 def test_step_gemms_are_the_analytic_flops():

@@ -32,6 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
+from gcl_tf.benchmark import against_torch
 from gcl_tf.benchmark.flops import gcl_eval_flops, gcl_step_flops, gcl_step_gemms, time_gemms
 from gcl_tf.benchmark.timing import MATMUL_SIZE, MatmulReference, interleaved_seconds
 from gcl_tf.benchmark.workloads import counting_step, fill_memory, make_model, random_batches, time_train_step
@@ -196,9 +197,18 @@ def markdown(report) -> str:
              f"Dense float32 matmul ({MATMUL_SIZE}^3) in this process, timed in turns with every row: "
              f"median **{report['matmul_gflops']:.0f} GFLOP/s** (from {report['matmul_gflops_range'][0]:.0f} to "
              f"{report['matmul_gflops_range'][1]:.0f} over the run); each row's fraction is of the matmul timed "
-             f"in turns with it.", ""]
-    lines += ["| step | ms/step | images/s | GFLOP/step | GFLOP/s | matmul GFLOP/s | of matmul | traces |",
-              "|---|---|---|---|---|---|---|---|"]
+             f"in turns with it."]
+    for key, part in (("gcl_steps", _steps_markdown), ("gcl_eval", _eval_markdown), ("keras_overhead", _keras_markdown),
+                      ("input_pipeline", _input_markdown), ("memory_sweep", _sweep_markdown),
+                      ("against_torch", lambda report: against_torch.markdown(report["against_torch"]))):
+        if key in report:
+            lines += part(report)
+    return "\n".join(lines) + "\n"
+
+
+def _steps_markdown(report) -> list[str]:
+    lines = ["", "| step | ms/step | images/s | GFLOP/step | GFLOP/s | matmul GFLOP/s | of matmul | traces |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in report["gcl_steps"]:
         lines.append(f"| {r['what']} | {r['ms']:.1f} | {r['images_per_s']:.0f} | {r['gflop']:.2f} | {r['gflops']:.0f} "
                      f"| {r['matmul_gflops']:.0f} | {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |")
@@ -209,21 +219,34 @@ def markdown(report) -> str:
                      f"alone, back to back with no other work, at {100 * ceiling['fraction_of_matmul']:.0f}% "
                      f"({ceiling['ms']:.1f} ms): everything else in the step (graph sampling, regulariser, "
                      f"memory update, optimizer) costs {step['ms'] - ceiling['ms']:.1f} ms.")
-    lines += ["", "| evaluation | ms/image | GFLOP/s | of matmul |", "|---|---|---|---|"]
+    return lines
+
+
+def _eval_markdown(report) -> list[str]:
+    lines = ["", "| evaluation | ms/image | GFLOP/s | of matmul |", "|---|---|---|---|"]
     for r in report["gcl_eval"]:
         lines.append(f"| {r['what']} | {r['ms_per_image']:.3f} | {r['gflops']:.0f} "
                      f"| {100 * r['fraction_of_matmul']:.0f}% |")
     lines.append(f"\n30 graph samples cost **{report['eval_ratio']:.2f}x** one sample; their analytic FLOPs are "
-                 f"{report['eval_flop_ratio']:.2f}x (each sample is an [N, M] x [M, H + K + 1] GEMM).\n")
-    lines += ["| Keras fit | ms/step |", "|---|---|"]
-    lines += [f"| {r['what']} | {r['ms_per_step']:.2f} |" for r in report["keras_overhead"]]
-    lines += ["", "| input pipeline | ms/step | waiting for input |", "|---|---|---|"]
-    lines += [f"| {r['what']} | {r['ms_per_step']:.2f} | {100 * r['input_wait_fraction']:.1f}% |"
-              for r in report["input_pipeline"]]
-    lines += ["", "| memory | variant | ms/step | GFLOP/s | of matmul | traces |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['memory']} | {r['variant']} | {r['ms']:.1f} | {r['gflops']:.0f} "
-              f"| {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |" for r in report["memory_sweep"]]
-    return "\n".join(lines) + "\n"
+                 f"{report['eval_flop_ratio']:.2f}x (each sample is an [N, M] x [M, H + K + 1] GEMM).")
+    return lines
+
+
+def _keras_markdown(report) -> list[str]:
+    return ["", "| Keras fit | ms/step |", "|---|---|"] + [
+        f"| {r['what']} | {r['ms_per_step']:.2f} |" for r in report["keras_overhead"]]
+
+
+def _input_markdown(report) -> list[str]:
+    return ["", "| input pipeline | ms/step | waiting for input |", "|---|---|---|"] + [
+        f"| {r['what']} | {r['ms_per_step']:.2f} | {100 * r['input_wait_fraction']:.1f}% |"
+        for r in report["input_pipeline"]]
+
+
+def _sweep_markdown(report) -> list[str]:
+    return ["", "| memory | variant | ms/step | GFLOP/s | of matmul | traces |", "|---|---|---|---|---|---|"] + [
+        f"| {r['memory']} | {r['variant']} | {r['ms']:.1f} | {r['gflops']:.0f} "
+        f"| {100 * r['fraction_of_matmul']:.0f}% | {r['traces']} |" for r in report["memory_sweep"]]
 
 
 def plot_sweep(rows, path):
@@ -244,60 +267,93 @@ def plot_sweep(rows, path):
     save_figure(figure, path)
 
 
+SECTIONS = ("steps", "eval", "keras", "input", "sweep", "torch")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m gcl_tf.benchmark throughput", description=__doc__.splitlines()[0])
     parser.add_argument("--output", help="folder for throughput.md, throughput.json and memory_sweep.png")
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per measurement (median)")
     parser.add_argument("--memory-sizes", default="100,250,500,1000,2000,5000", help="the sweep's memory sizes")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)} (torch: against PyTorch, "
+                             "when it is importable)")
+    parser.add_argument("--torch-rounds", type=int, default=3, help="rounds of the PyTorch alternation")
     parser.add_argument("--quick", action="store_true", help="few repeats and a small sweep (a smoke test)")
     return parser
 
 
-@exit_on_user_error
-def main(argv=None) -> int:
+def parse_args(argv):
     from gcl_tf.errors import UserError
-    from gcl_tf.quiet import import_tensorflow
 
     args = build_parser().parse_args(argv)
     try:
-        sizes = [int(s) for s in args.memory_sizes.split(",") if s]
+        args.memory_sizes = [int(s) for s in args.memory_sizes.split(",") if s]
     except ValueError:
         raise UserError(f"--memory-sizes: {args.memory_sizes!r} is not a comma-separated list of integers") from None
-    if args.repeats < 1 or not sizes or min(sizes) < 1:
-        raise UserError("--repeats and --memory-sizes: positive integers")
+    if args.repeats < 1 or args.torch_rounds < 1 or not args.memory_sizes or min(args.memory_sizes) < 1:
+        raise UserError("--repeats, --torch-rounds and --memory-sizes: positive integers")
+    args.sections = [name.strip() for name in args.sections.split(",") if name.strip()]
+    unknown = [name for name in args.sections if name not in SECTIONS]
+    if unknown or not args.sections:
+        raise UserError(f"--sections: {','.join(unknown) or 'none given'} unknown; allowed: {','.join(SECTIONS)}")
+    return args
+
+
+def run_sections(args, reference, repeats) -> dict:
+    report = {}
+    if "steps" in args.sections:
+        print("GCL training steps ...", flush=True)
+        report["gcl_steps"] = gcl_step_section(reference, repeats, args.quick)
+        for r in report["gcl_steps"]:
+            print(f"  {r['what']}: {r['ms']:.1f} ms, {r['gflops']:.0f} GFLOP/s = "
+                  f"{100 * r['fraction_of_matmul']:.0f}% of matmul", flush=True)
+    if "eval" in args.sections:
+        print("GCL evaluation ...", flush=True)
+        report["gcl_eval"], report["eval_ratio"], report["eval_flop_ratio"] = gcl_eval_section(
+            reference, repeats, args.quick)
+        print(f"  30 samples / 1 sample: {report['eval_ratio']:.2f}x (analytic FLOPs "
+              f"{report['eval_flop_ratio']:.2f}x)", flush=True)
+    if "keras" in args.sections:
+        print("Keras overhead ...", flush=True)
+        report["keras_overhead"] = keras_overhead_section(repeats, args.quick)
+    if "input" in args.sections:
+        print("input pipeline ...", flush=True)
+        report["input_pipeline"] = input_pipeline_section(repeats, args.quick)
+    if "sweep" in args.sections:
+        print("memory sweep ...", flush=True)
+        sizes = [50, 100] if args.quick else args.memory_sizes
+        report["memory_sweep"] = memory_sweep_section(reference, repeats, args.quick, sizes)
+    if "torch" in args.sections:
+        print("against PyTorch (a fresh process per measurement, in turns) ...", flush=True)
+        rounds = 1 if args.quick else args.torch_rounds
+        quick = {"regimes": ("mnist",), "steps": {"mnist": 3}} if args.quick else {}  # the wiring only
+        report["against_torch"] = against_torch.section(rounds, lambda line: print(line, flush=True), **quick)
+    return report
+
+
+@exit_on_user_error
+def main(argv=None) -> int:
+    from gcl_tf.quiet import import_tensorflow
+
+    args = parse_args(argv)
     import_tensorflow()
     repeats = 3 if args.quick else args.repeats
-    if args.quick:
-        sizes = [50, 100]
     command = "python -m gcl_tf.benchmark throughput " + " ".join(argv if argv is not None else sys.argv[1:])
     print("matmul ...", flush=True)
     reference = MatmulReference(repeats)
     print(f"  {reference():.0f} GFLOP/s", flush=True)
-    print("GCL training steps ...", flush=True)
-    steps = gcl_step_section(reference, repeats, args.quick)
-    for r in steps:
-        print(f"  {r['what']}: {r['ms']:.1f} ms, {r['gflops']:.0f} GFLOP/s = "
-              f"{100 * r['fraction_of_matmul']:.0f}% of matmul", flush=True)
-    print("GCL evaluation ...", flush=True)
-    evaluation, ratio, flop_ratio = gcl_eval_section(reference, repeats, args.quick)
-    print(f"  30 samples / 1 sample: {ratio:.2f}x (analytic FLOPs {flop_ratio:.2f}x)", flush=True)
-    print("Keras overhead ...", flush=True)
-    overhead = keras_overhead_section(repeats, args.quick)
-    print("input pipeline ...", flush=True)
-    pipeline = input_pipeline_section(repeats, args.quick)
-    print("memory sweep ...", flush=True)
-    sweep = memory_sweep_section(reference, repeats, args.quick, sizes)
-    report = {"command": command, "matmul_gflops": float(np.median(reference.rates)),
-              "matmul_gflops_range": [min(reference.rates), max(reference.rates)], "gcl_steps": steps,
-              "gcl_eval": evaluation, "eval_ratio": ratio, "eval_flop_ratio": flop_ratio, "keras_overhead": overhead,
-              "input_pipeline": pipeline, "memory_sweep": sweep}
+    report = {"command": command, **run_sections(args, reference, repeats),
+              "matmul_gflops": float(np.median(reference.rates)),
+              "matmul_gflops_range": [min(reference.rates), max(reference.rates)]}
     text = markdown(report)
     print(text)
     if args.output:
         os.makedirs(args.output, exist_ok=True)
         write_atomic(os.path.join(args.output, "throughput.md"), text)
         write_json_atomic(os.path.join(args.output, "throughput.json"), report)
-        plot_sweep(sweep, os.path.join(args.output, "memory_sweep.png"))
+        if "memory_sweep" in report:
+            plot_sweep(report["memory_sweep"], os.path.join(args.output, "memory_sweep.png"))
     return 0
 
 
