@@ -9,13 +9,17 @@ import os
 import pytest
 import yaml
 
+from gcl_tf import methods
 from gcl_tf.config import flat_keys, load_config
+from gcl_tf.schema import MemoryMethodConfig
 
 from conftest import REPO
 
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
 CASES = [(os.path.basename(path)[:-5], method)
          for path in CONFIGS for method in (yaml.safe_load(open(path, encoding="utf-8")).get("presets") or {})]
+# every config with every registered method: its preset, else the config's settings and its defaults
+ALL_METHODS = [(os.path.basename(path)[:-5], method) for path in CONFIGS for method in methods.names()]
 
 
 def load(name, method, *overrides):
@@ -28,12 +32,12 @@ def test_every_config_has_presets():
     assert names == {os.path.basename(p)[:-5] for p in CONFIGS}
 
 
-@pytest.mark.parametrize("name, method", CASES)
-def test_config_loads_and_validates_with_each_preset(name, method):
+@pytest.mark.parametrize("name, method", ALL_METHODS)
+def test_config_loads_and_validates_with_every_method(name, method):
     config = load(name, method)
     assert config.method.name == method
     assert config.train.batch_size == 10  # every benchmark: an online stream of batches of 10
-    if method in ("er", "gem", "gcl", "mer", "icarl", "agem", "derpp", "er_ace"):
+    if issubclass(methods.config_class(method), MemoryMethodConfig):
         assert config.method.memory_size >= 1
 
 
@@ -48,6 +52,16 @@ def test_the_replay_baselines_have_presets_with_ers_memory_and_backbone(name):
         assert config.model == er.model, (name, method)
     er_ace = load(name, "er_ace")
     assert (er_ace.train.optimizer, er_ace.train.learning_rate) == (er.train.optimizer, er.train.learning_rate)
+
+
+@pytest.mark.parametrize("name", [os.path.basename(p)[:-5] for p in CONFIGS])
+def test_mir_has_a_preset_with_ers_memory_trunk_and_learning_rate(name):
+    """MIR next to ER wherever ER is: what differs is only which samples it replays."""
+    er, mir = load(name, "er"), load(name, "mir")
+    assert "mir" in {m for n, m in CASES if n == name}
+    assert mir.method.memory_size == er.method.memory_size and mir.model == er.model
+    assert (mir.train.optimizer, mir.train.learning_rate) == (er.train.optimizer, er.train.learning_rate)
+    assert mir.method.candidates == 50 and mir.method.replay_batch_size is None  # the authors' 50; k: the batch
 
 
 # benchmark -> (protocol, dataset, source, tasks, memory, epochs, multi_head)

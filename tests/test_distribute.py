@@ -17,11 +17,8 @@ CONFIG = textwrap.dedent("""\
     model: {hidden_size: 32}
     train: {optimizer: sgd, learning_rate: 0.1, verbose: 0}
     eval: {batch_size: 50}
-    presets:
+    presets:  # on top of each method's small test settings (its class's test_settings)
       gcl: {method: {memory_size: 60, context_temperature: 0.3, target_temperature: 1.0, graph_lambda: 1.0}}
-      er: {method: {memory_size: 60}}
-      derpp: {method: {memory_size: 60}}
-      er_ace: {method: {memory_size: 60}}
 """)
 
 # Runs each method on one device and mirrored over 2 logical CPUs, in a fresh process (logical
@@ -32,14 +29,16 @@ MIRRORED = textwrap.dedent("""\
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from gcl_tf import config as config_lib
+    from gcl_tf import config as config_lib, methods
     from gcl_tf.train import run
     config_path, out = sys.argv[1], sys.argv[2]
     report = {}
     for method in sys.argv[3].split(","):
+        small = [f"method.{k}={v}" for k, v in methods.method_class(method).test_settings.items()
+                 if method != "gcl" or k != "memory_size"]  # (GCL's: the preset's)
         for mode in ("none", "mirrored"):
             config = config_lib.load_config(config_path, [f"method.name={method}", f"train.distribute={mode}",
-                                                          "train.devices=[/cpu:0, /cpu:1]"])
+                                                          "train.devices=[/cpu:0, /cpu:1]", *small])
             result = run(config, output_dir=os.path.join(out, method, mode), overwrite=True, verbose=0)
             report[f"{method}/{mode}"] = result["accuracy_matrix"]
             report[f"{method}/{mode}/steps"] = result["train_steps"]
@@ -51,10 +50,6 @@ MIRRORED = textwrap.dedent("""\
             np.savez(os.path.join(out, method, mode, "state.npz"), **state)
     print("REPORT " + json.dumps(report))
 """)
-
-
-# Every method that runs distributed (supports_distribution), the replay baselines' helpers included.
-METHODS = ("finetune", "er", "gcl", "derpp", "er_ace")
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +71,16 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
 
     from gcl_tf import methods
 
-    assert set(METHODS) == set(methods.distributed_names())  # a new distributed method is checked here too
+    names = methods.distributed_names()  # every method that runs distributed: a new one too
+    assert {"finetune", "er", "gcl", "derpp", "er_ace"} <= set(names)
 
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
-    proc = subprocess.run([sys.executable, str(script), str(config_file), str(tmp_path / "runs"), ",".join(METHODS)],
+    proc = subprocess.run([sys.executable, str(script), str(config_file), str(tmp_path / "runs"), ",".join(names)],
                           capture_output=True, text=True, timeout=900, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
-    for method in METHODS:
+    for method in names:
         single, mirrored = np.array(report[f"{method}/none"]), np.array(report[f"{method}/mirrored"])
         assert report[f"{method}/none/steps"] == report[f"{method}/mirrored/steps"] == 60
         np.testing.assert_allclose(mirrored, single, atol=1e-6, err_msg=method)
@@ -168,3 +164,39 @@ def test_distribution_errors_are_one_line(config_file, tmp_path):
         lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
         assert not (tmp_path / "o").exists()
+
+
+# Two replicas whose replay batches hold different numbers of memory samples; the logged loss goes
+# through Keras's own reduction of a training step's logs over the replicas.
+LOGGED_LOSS = textwrap.dedent("""\
+    import json
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from keras.src.backend.tensorflow.trainer import reduce_per_replica
+    from gcl_tf.methods.replay import global_count, logged, replica_share
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    values = tf.constant([[1.0, 2.0], [10.0, 20.0]])  # replica r's losses: row r
+    weights = tf.constant([[1.0, 1.0], [1.0, 0.0]])  # the second replica's second sample: an empty slot
+
+    def step():
+        r = tf.distribute.get_replica_context().replica_id_in_sync_group
+        v, w = values[r], weights[r]
+        share = replica_share(v, global_count(w), w)
+        return {**logged({"rule": share}), "own_mean": tf.reduce_sum(w * v) / tf.reduce_sum(w)}
+
+    logs = reduce_per_replica(strategy.run(tf.function(step)), strategy, reduction="auto")
+    print("LOGS " + json.dumps({k: float(v) for k, v in logs.items()}))
+""")
+
+
+def test_the_logged_replay_loss_is_the_global_mean_after_keras_averages_the_replicas(tmp_path):
+    """The rule of gcl_tf/methods/replay.py (ER, DER++, ER-ACE): R times a replica's share of the
+    global mean, which Keras's average over replicas turns into the global mean (1 + 2 + 10) / 3;
+    a replica's own mean (ER's log before) would average to (1.5 + 10) / 2."""
+    script = tmp_path / "logged.py"
+    script.write_text(LOGGED_LOSS)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("LOGS "))[5:])
+    assert logs["rule"] == pytest.approx(13 / 3) and logs["own_mean"] == pytest.approx(5.75)

@@ -70,3 +70,21 @@ def test_no_import_runs_back_up_between_the_package_rooms():
     loop = find_loop(edges)
     where = [edges[a][b] for a, b in zip(loop, loop[1:])] if loop else []
     assert loop is None, f"imports loop: {' -> '.join(loop)} ({', '.join(where)})"
+
+
+def test_tables_label_and_order_methods_as_their_classes_and_the_registry_say():
+    """A new method needs no line in gcl_tf/benchmark/layout.py: its row follows its registry
+    line and its label is its class's; the paper's rows keep the paper's order, GCL last."""
+    from gcl_tf import methods
+    from gcl_tf.benchmark.layout import method_label, method_sort_key
+
+    names = methods.names()
+    assert sorted(["unknown", *reversed(names)], key=method_sort_key) == [*names, "unknown"]
+    paper = ["finetune", "ewc", "icarl", "gem", "agem", "er", "mer", "gcl"]
+    assert [name for name in names if name in paper] == paper and names[-1] == "gcl"
+    for name in names:
+        cls = methods.method_class(name)
+        assert method_label(name) == (cls.label or cls.__name__)
+    assert [method_label(n) for n in ("icarl", "agem", "derpp", "er_ace", "mir")] == [
+        "iCaRL", "A-GEM", "DER++", "ER-ACE", "MIR"]
+    assert method_label("unknown") == "unknown"

@@ -263,24 +263,23 @@ def test_export_and_predict_in_a_fresh_process_match_the_trained_model(reference
 
 
 # ----------------------------------------------------------------------------- every method, in process
-METHOD_SETTINGS = {
-    "finetune": {},
-    "er": {"memory_size": 20},
-    "gcl": {"memory_size": 20, "test_graph_samples": 3},
-    "ewc": {"fisher_samples": 10},
-    "gem": {"memory_size": 20},
-    "agem": {"memory_size": 20, "agem_batch_size": 10},
-    "mer": {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1},
-    "icarl": {"memory_size": 20},
-    "derpp": {"memory_size": 20},
-    "er_ace": {"memory_size": 20},
-}
-
-
-def test_every_method_is_checked_for_resuming_and_exporting():
+def method_settings() -> dict:
+    """Every registered method and the small settings its class declares (``test_settings``)."""
     from gcl_tf import methods
 
-    assert set(METHOD_SETTINGS) == set(methods.names())  # a new method: give it small settings above
+    return {name: methods.method_class(name).test_settings for name in methods.names()}
+
+
+METHOD_SETTINGS = method_settings()
+
+
+def test_every_method_is_checked_for_resuming_and_exporting(make_config):
+    """Every registered method is parametrized below, and its declared settings are its own keys."""
+    from gcl_tf import methods
+
+    assert list(METHOD_SETTINGS) == methods.names()
+    for method, settings in METHOD_SETTINGS.items():
+        assert make_config({"method": {"name": method, **settings}}).method.name == method
 
 
 class Crash(Exception):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gcl_tf import methods
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
 
@@ -27,10 +28,6 @@ RUNS, TABLES, FIGURES = "runs", "tables", "figures"
 RESULTS, ARTIFACTS = "results.json", "artifacts.npz"  # as written by gcl_tf.train
 SUITE = "suite.json"
 
-# Row order of the paper's tables (methods it does not report come last, in this order).
-METHOD_ORDER = ("finetune", "ewc", "icarl", "gem", "agem", "er", "mer", "derpp", "er_ace", "gcl")
-METHOD_LABELS = {"finetune": "Finetune", "ewc": "EWC", "icarl": "iCaRL", "gem": "GEM", "agem": "A-GEM",
-                 "er": "ER", "mer": "MER", "derpp": "DER++", "er_ace": "ER-ACE", "gcl": "GCL"}
 BENCHMARK_LABELS = {
     "permuted_mnist": "Permuted MNIST",
     "rotated_mnist": "Rotated MNIST",
@@ -68,7 +65,12 @@ def memory_variant(method: str, size: int) -> str:
 
 
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """The method's name in tables and figures: its class's ``label``, else the class name (a
+    name outside the registry as it is)."""
+    if method not in methods.REGISTRY:
+        return method
+    cls = methods.method_class(method)
+    return cls.label or cls.__name__
 
 
 def benchmark_label(benchmark: str) -> str:
@@ -173,7 +175,9 @@ def derived_runs(found) -> list[RunResult]:
 
 
 def method_sort_key(method: str):
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+    """Rows in the registry's order (gcl_tf/methods/__init__.py); names outside it last."""
+    order = list(methods.REGISTRY)
+    return (order.index(method) if method in order else len(order), method)
 
 
 def mean_std(values) -> tuple[float, float, int]:

@@ -68,8 +68,10 @@ class AGEM(ContinualModel):
     the reference gradient; ``multi_head``: each loss sees only its task's classes. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    label = "A-GEM"
     task_free = False
     supports_loss_scaling = False  # it projects its gradients itself
+    test_settings = {"memory_size": 20, "agem_batch_size": 10}
 
     @classmethod
     def memory_slots(cls, config):  # memory_size // T slots for each of T tasks

@@ -40,6 +40,8 @@ class ERACE(er.ER):
     """ER-ACE. ``memory_size``, ``replay_batch_size``: as ER's. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    label = "ER-ACE"
+
     def learn(self, x, y):
         batch, replicas = x.shape[0], num_replicas()
         # Collectives must run in the same order on every replica: chain them by dependencies.

@@ -147,6 +147,7 @@ class EWC(ContinualModel):
     task's classes. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     task_free = False
+    test_settings = {"fisher_samples": 10}
     tune_grid = {"method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]}  # the paper's "regularization" grid
 
     def __init__(self, backbone=None, *, num_classes, num_tasks, ewc_lambda=10.0, fisher_samples=50,

@@ -164,6 +164,7 @@ class GEM(ContinualModel):
     task_free = False
     supports_loss_scaling = False  # it projects its gradients itself
     tune_grid = {"method.margin": [0.0, 0.1, 0.5, 1.0]}  # the paper's memory strength grid
+    test_settings = {"memory_size": 20}
 
     @classmethod
     def memory_slots(cls, config):  # memory_size // T slots for each of T tasks

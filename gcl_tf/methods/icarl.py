@@ -139,7 +139,9 @@ class ICaRL(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords; the previous network
     is a clone of ``backbone``."""
 
+    label = "iCaRL"
     task_free = False
+    test_settings = {"memory_size": 20}
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, num_tasks=None,
                  classes_per_task=None, **common):

@@ -77,6 +77,7 @@ class MER(ContinualModel):
 
     task_free = True
     supports_loss_scaling = False  # it moves the weights itself
+    test_settings = {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1}
     tune_grid = {"train.optimizer": ["sgd"],  # plain SGD steps only
                  "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}  # the within-batch meta-learning rate
 
