@@ -354,6 +354,20 @@ def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = Tr
     return resolve(raw, overrides, method_keys)
 
 
+def precheck(path: str, overrides=()) -> Config:
+    """What a command line checks before TensorFlow loads (well under a second): the file, its
+    YAML, every key of the run's sections and the ``--set`` overrides (names, types, ranges, the
+    rules between them, the method's name), and the data's path. Returns the config without the
+    method's own keys (:func:`resolve`'s ``method_keys=False``); :func:`load_config` checks those."""
+    from gcl_tf.errors import DataError
+
+    config = load_config(path, overrides, method_keys=False)
+    problem = missing_data_path(config.benchmark)
+    if problem:
+        raise DataError(problem)
+    return config
+
+
 def config_to_yaml(config: Config) -> str:
     data = config.to_dict()
     if config.tune == TuneConfig():  # only gcl_tf.tune reads it: leave the default out

@@ -29,6 +29,7 @@ import tempfile
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_json_atomic
 from gcl_tf.quiet import import_tensorflow
+from gcl_tf.run_layout import CONFIG, MODEL_INFO, checkpoint_dir, checkpoint_steps
 
 METADATA = "metadata.json"
 SIGNATURE = "serving_default"
@@ -78,19 +79,34 @@ def serving_module(model):
     return module
 
 
+def check_out(out: str, overwrite: bool) -> None:
+    if os.path.exists(out) and not overwrite:
+        raise UserError(f"OUT: {os.path.abspath(out)} exists; pass --overwrite to replace it or choose another folder")
+
+
+def check_run_dir(run_dir: str) -> None:
+    """RUN_DIR is a run's folder: its config, its model description and a checkpoint (checked
+    before TensorFlow loads)."""
+    from gcl_tf import config as config_lib
+
+    if not os.path.isdir(run_dir):
+        raise UserError(f"RUN_DIR: folder {run_dir!r} does not exist")
+    for path in (os.path.join(run_dir, CONFIG), os.path.join(run_dir, MODEL_INFO)):
+        if not os.path.isfile(path):
+            raise UserError(f"RUN_DIR: {path} is missing; is {run_dir!r} a folder written by gcl_tf.train?")
+    config_lib.load_config(os.path.join(run_dir, CONFIG), method_keys=False)
+    if not checkpoint_steps(run_dir):
+        raise UserError(f"RUN_DIR: no checkpoint in {checkpoint_dir(run_dir)}; train the run first")
+
+
 def load_run(run_dir: str, allow_unfinished: bool = False):
     """The model of a run restored from its last checkpoint, and the run's description."""
     from gcl_tf import config as config_lib
     from gcl_tf import methods
-    from gcl_tf.checkpoint import RunCheckpoints, checkpoint_dir, latest_checkpoint
-    from gcl_tf.train import MODEL_INFO
+    from gcl_tf.checkpoint import RunCheckpoints, latest_checkpoint
 
-    if not os.path.isdir(run_dir):
-        raise UserError(f"RUN_DIR: folder {run_dir!r} does not exist")
-    config_path, info_path = os.path.join(run_dir, "config.yaml"), os.path.join(run_dir, MODEL_INFO)
-    for path in (config_path, info_path):
-        if not os.path.isfile(path):
-            raise UserError(f"RUN_DIR: {path} is missing; is {run_dir!r} a folder written by gcl_tf.train?")
+    check_run_dir(run_dir)
+    config_path, info_path = os.path.join(run_dir, CONFIG), os.path.join(run_dir, MODEL_INFO)
     config = config_lib.load_config(config_path)
     try:
         info = read_json(info_path)
@@ -130,8 +146,7 @@ def export(run_dir: str, out: str, overwrite: bool = False, allow_unfinished: bo
     import tensorflow as tf
 
     out = os.path.abspath(out)
-    if os.path.exists(out) and not overwrite:
-        raise UserError(f"OUT: {out} exists; pass --overwrite to replace it or choose another folder")
+    check_out(out, overwrite)
     model, info, run = load_run(run_dir, allow_unfinished)
     module = serving_module(model)
     metadata = {
@@ -179,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    check_out(args.out, args.overwrite)  # both before TensorFlow loads
+    check_run_dir(args.run_dir)
     import_tensorflow()
     metadata = export(args.run_dir, args.out, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished)
     shape = "x".join(str(d) for d in metadata["input_shape"])

@@ -37,7 +37,7 @@ from typing import NamedTuple, Optional
 
 from gcl_tf import config as config_lib
 from gcl_tf import run_layout
-from gcl_tf.errors import DataError, NotResumable, Stopped, UserError, exit_on_user_error
+from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import StopSignals, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.learner import check_init_folder
@@ -65,16 +65,11 @@ def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None
                         "again and delete it, or choose another --output")
 
 
-def check_paths(config, output_dir: Optional[str] = None, overwrite: bool = False, resume: bool = False) -> None:
-    """What a run checks before TensorFlow loads, besides the config: its output folder, its
-    data's path and init_from's folder."""
-    output_dir = output_dir or config.output_dir
-    check_output(output_dir, overwrite, resume)
-    problem = config_lib.missing_data_path(config.benchmark)
-    if problem:
-        raise DataError(problem)
-    if config.init_from is not None and not resume:
-        check_init_folder(config.init_from, output_dir)
+def check_init_from_folder(config, output_dir: Optional[str] = None) -> None:
+    """init_from's folder holds a learner (checked before TensorFlow loads; the learner itself is
+    checked against the config when the data is loaded: gcl_tf.learner.check_init_from)."""
+    if config.init_from is not None:
+        check_init_folder(config.init_from, output_dir or config.output_dir)
 
 
 def model_class(config):
@@ -297,10 +292,12 @@ def main(argv=None) -> int:
     overrides = args.overrides + (["train.deterministic=true"] if args.deterministic else [])
     if args.init_from is not None:
         overrides.append(f"init_from={json.dumps(args.init_from)}")
-    # Mistakes in the config (but the method's own keys), the folder and the paths: before
+    # Mistakes in the config (but the method's own keys), the paths and the folder: before
     # TensorFlow loads, so they are reported in about a second.
-    check_paths(config_lib.load_config(args.config, overrides, method_keys=False), args.output, args.overwrite,
-                args.resume)
+    config = config_lib.precheck(args.config, overrides)
+    check_output(args.output or config.output_dir, args.overwrite, args.resume)
+    if not args.resume:  # a resumed run restores its own checkpoint
+        check_init_from_folder(config, args.output)
     import_tensorflow()  # quietly, before the method's module imports it
     config = config_lib.load_config(args.config, overrides)
     try:

@@ -141,3 +141,77 @@ def test_er_beats_finetune_on_permuted_digits(tmp_path):
         assert acc["er", seed] > acc["finetune", seed] + 8, acc
         assert fgt["er", seed] < fgt["finetune", seed], fgt
     assert np.mean([acc["er", s] - acc["finetune", s] for s in (0, 1)]) > 12, acc
+
+
+# A command line in a fresh process where importing TensorFlow (or Keras) fails: a mistake it
+# reports with one line and exit 2 was found before TensorFlow loads (about a second, not ten).
+WITHOUT_TENSORFLOW = ("import runpy, sys; sys.modules['tensorflow'] = sys.modules['keras'] = None; "
+                      "sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+
+
+def finished_folder(tmp_path):
+    (tmp_path / "done").mkdir(exist_ok=True)
+    (tmp_path / "done" / "results.json").write_text("{}")
+    return str(tmp_path / "done")
+
+
+def unfinished_folder(tmp_path):
+    (tmp_path / "stopped" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "stopped" / "checkpoints" / "ckpt-40.index").write_text("")
+    return str(tmp_path / "stopped")
+
+
+def yaml_with_a_preset_typo(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text(open(QUICKSTART).read() + "  finetune:\n    train: {learning_rat: 0.5}\n")
+    return str(path)
+
+
+EARLY_MISTAKES = {  # (module, arguments, what the line says)
+    "missing file": ("gcl_tf.train", lambda t: ["--config", "configs/missing.yaml"],
+                     "error: config file 'configs/missing.yaml' does not exist"),
+    "key typo": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.learning_rat=0.1"],
+                 "error: unknown key 'train.learning_rat'; did you mean 'train.learning_rate'? allowed: batch_size,"),
+    "preset key typo": ("gcl_tf.train", lambda t: ["--config", yaml_with_a_preset_typo(t)],
+                        "error: presets.finetune: unknown key 'train.learning_rat'; did you mean"),
+    "method typo": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "method.name=gcll"],
+                    "error: method.name: 'gcll' is not allowed; did you mean 'gcl'? allowed: "),
+    "wrong type": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.batch_size=ten"],
+                   "error: train.batch_size: expected an integer, got 'ten'"),
+    "out of range": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.learning_rate=0"],
+                     "error: train.learning_rate: 0.0 is out of range; allowed: (0, inf]"),
+    "bad --set": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.epochs"],
+                  "error: --set 'train.epochs': expected dotted.key=value"),
+    "missing npz": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "benchmark.source=npz",
+                                               "--set", f"benchmark.path={t}/none.npz"],
+                    "error: benchmark.path: file '"),
+    "finished run": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--output", finished_folder(t)],
+                     "results.json exists; pass --overwrite"),
+    "unfinished run": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--output", unfinished_folder(t)],
+                       "holds an unfinished run (its checkpoint of step 40"),
+    "resume nothing": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--output", str(t / "new"), "--resume"],
+                       "error: --resume: no checkpoint to resume from in"),
+    "init_from": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--init-from", str(t / "nowhere")],
+                  "error: init_from: "),
+    "export run_dir": ("gcl_tf.export", lambda t: [str(t / "nowhere"), str(t / "out")],
+                       "error: RUN_DIR: folder '"),
+    "export out": ("gcl_tf.export", lambda t: [finished_folder(t), finished_folder(t)], "error: OUT: "),
+    "tune typo": ("gcl_tf.tune", lambda t: ["--config", QUICKSTART, "--set", "train.learning_rat=0.1"],
+                  "did you mean 'train.learning_rate'?"),
+    "paper typo": ("gcl_tf.benchmark", lambda t: ["paper", "--benchmarks", "split_cifar10", "--set", "train.lr=1",
+                                                  "--output", str(t / "suite")],
+                   "error: unknown key 'train.lr'; allowed: "),
+    "paper data": ("gcl_tf.benchmark", lambda t: ["paper", "--benchmarks", "split_miniimagenet", "--seeds", "1",
+                                                  "--output", str(t / "suite")],
+                   "error: split_miniimagenet: benchmark.path: folder '/path/to/miniimagenet' does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", list(EARLY_MISTAKES))
+def test_mistakes_are_reported_before_tensorflow_loads(case, tmp_path):
+    module, arguments, expected = EARLY_MISTAKES[case]
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, module, *arguments(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], proc.stderr

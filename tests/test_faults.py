@@ -150,6 +150,66 @@ def test_resume_with_no_checkpoint_that_restores_is_one_line_naming_them(crashed
     assert files() == before
 
 
+@pytest.mark.slow  # four short runs
+def test_a_folder_that_holds_an_unfinished_run_is_refused_without_resume_or_overwrite(tmp_path, monkeypatch, capsys):
+    """A run stopped at step 14 (checkpoints 10 and 12), then the same command without --resume:
+    one line naming --resume and --overwrite, exit 2, every file as it was (the Python API
+    refuses too); --resume goes on from step 12; --overwrite starts again."""
+    import gcl_tf
+    from gcl_tf import train
+    from gcl_tf.errors import UserError
+
+    config = write_config(tmp_path, DAMAGE_RUN)
+    run = tmp_path / "run"
+    crash_after_step(monkeypatch, 14)
+    with pytest.raises(Crash):
+        train.main(["--config", config, "--output", str(run)])
+    monkeypatch.undo()
+    before = snapshot(run)
+    message = cli_error(train.main, ["--config", config, "--output", str(run)], capsys)
+    assert "holds an unfinished run (its checkpoint of step 12 in" in message, message
+    assert "--resume" in message and "--overwrite" in message
+    with pytest.raises(UserError, match="unfinished run.*--resume.*--overwrite"):
+        gcl_tf.run(config, output_dir=str(run), verbose=0)
+    assert snapshot(run) == before
+
+    assert train.main(["--config", config, "--output", str(run), "--resume"]) == 0
+    assert results_of(run)["resumed_from_step"] == 12
+    (run / "results.json").unlink()  # a run whose results were lost: its learner and checkpoints are left
+    assert "unfinished run" in cli_error(train.main, ["--config", config, "--output", str(run)], capsys)
+    assert train.main(["--config", config, "--output", str(run), "--overwrite"]) == 0
+    assert results_of(run)["resumed_from_step"] is None
+
+
+def test_what_counts_as_an_unfinished_run(tmp_path):
+    """Checkpoints, or a learner (or figures' arrays) without results.json: what a fresh run would
+    delete. A folder with only a config (a run killed before its first checkpoint: nothing
+    trained) or a lock is free; a finished run has its own message."""
+    from gcl_tf import run_layout
+    from gcl_tf.train import check_output
+
+    folder = tmp_path / "run"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text("seed: 0\n")
+    (folder / run_layout.LOCK_FILE).write_text("")
+    assert run_layout.unfinished_run(str(folder)) is None
+    check_output(str(folder), overwrite=False)
+    for name in ("ckpt-3.index", "ckpt-30.index", "ckpt-7.index"):
+        (folder / "checkpoints" / name).write_text("")
+    assert "step 30" in run_layout.unfinished_run(str(folder))
+    with pytest.raises(Exception, match="unfinished run .*step 30.*--resume.*--overwrite"):
+        check_output(str(folder), overwrite=False)
+    check_output(str(folder), overwrite=True)
+    check_output(str(folder), overwrite=False, resume=True)
+    shutil.rmtree(folder / "checkpoints")
+    (folder / "learner.keras").write_text("")
+    assert "learner.keras, without results.json" in run_layout.unfinished_run(str(folder))
+    (folder / "results.json").write_text("{}")
+    assert run_layout.unfinished_run(str(folder)) is None
+    with pytest.raises(Exception, match="results.json exists; pass --overwrite"):
+        check_output(str(folder), overwrite=False)
+
+
 # ----------------------------------------------------------------------------- 2. one run per folder
 HOLDER = """\
 import sys, time

@@ -476,7 +476,7 @@ def test_a_search_resumes_when_its_config_starts_from_other_values_of_the_search
     recorded those values: they are dropped on both sides). Any other key is still compared."""
     from gcl_tf import tune
     from gcl_tf.errors import UserError
-    from gcl_tf.tune.search import _check_same_search
+    from gcl_tf.tune.search import check_same_search
 
     out = str(tmp_path / "search")
     os.makedirs(out)
@@ -486,10 +486,10 @@ def test_a_search_resumes_when_its_config_starts_from_other_values_of_the_search
     with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
         json.dump(saved, handle)
     best = {**TINY, "train": {**TINY["train"], "learning_rate": 0.01, "optimizer": "adam"}}
-    _check_same_search(tune.Search(best, output_dir=out))  # no error
+    check_same_search(tune.Search(best, output_dir=out))  # no error
     other = {**TINY, "train": {**TINY["train"], "batch_size": 20}}
     with pytest.raises(UserError, match=r"different config \(train.batch_size: 10 then, 20 now\)"):
-        _check_same_search(tune.Search(other, output_dir=out))
+        check_same_search(tune.Search(other, output_dir=out))
 
 
 def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
@@ -502,7 +502,7 @@ def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
     from gcl_tf import config as config_lib
     from gcl_tf import tune
     from gcl_tf.errors import UserError
-    from gcl_tf.tune.search import _check_same_search, _finished_run
+    from gcl_tf.tune.search import check_same_search, finished_run
 
     out = str(tmp_path / "search")
     os.makedirs(out)
@@ -512,19 +512,19 @@ def test_a_key_added_since_a_search_began_keeps_it_resumable(tmp_path):
         saved["config"]["train"].pop(key)
     with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
         json.dump(saved, handle)
-    _check_same_search(search)  # no error
+    check_same_search(search)  # no error
     saved["config"]["method"]["memory_size"] = 60
     with open(os.path.join(out, tune.SEARCH_FILE), "w") as handle:
         json.dump(saved, handle)
     with pytest.raises(UserError, match=r"different config \(method.memory_size: 60 then, 50 now\)"):
-        _check_same_search(search)
+        check_same_search(search)
 
     trial = config_lib.resolve(copy.deepcopy(TINY))
     results = {"config": trial.to_dict(), "eval_split": "validation", "acc": 50.0}
     del results["config"]["train"]["deterministic"]
     with open(os.path.join(out, "results.json"), "w") as handle:
         json.dump(results, handle)
-    assert _finished_run(out, trial)["acc"] == 50.0
+    assert finished_run(out, trial)["acc"] == 50.0
 
 
 # ----------------------------------------------------------------------------- --workers N on one machine

@@ -88,10 +88,11 @@ def _study_benchmarks(requested, study: str, selected: list[str]) -> list[str]:
 
 def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
          studies=STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
-         memory_benchmarks=None, log=print) -> list[Run]:
+         memory_benchmarks=None, log=print, method_keys=True) -> list[Run]:
     """Every run of the suite, configs resolved and validated (a bad key stops here, before any
     training). Runs that are the same (e.g. the memory study at the preset's size and the main
-    run) appear once."""
+    run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
+    TensorFlow loads: gcl_tf.config.resolve), for the checks only (every memory size a run)."""
     from gcl_tf import config as config_lib
     from gcl_tf import methods as methods_lib
 
@@ -131,7 +132,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             if key in seen:
                 continue
             sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
-            config = config_lib.load_config(path, sets)
+            config = config_lib.load_config(path, sets, method_keys)
             run = Run(benchmark, variant, method, seed, study, path, sets, config)
             seen[key] = run
             runs.append(run)
@@ -156,7 +157,8 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             for m in layout.MEMORY_METHODS:
                 if m not in presets:
                     raise UserError(f"{path}: the memory study needs a {m} preset")
-                preset_size = config_lib.load_config(path, [f"method.name={m}", *overrides]).method.memory_size
+                preset_size = (config_lib.load_config(path, [f"method.name={m}", *overrides]).method.memory_size
+                               if method_keys else None)
                 for size in sizes:
                     variant = m if size == preset_size else layout.memory_variant(m, size)
                     add(b, variant, m, "memory", [f"method.memory_size={size}"] if variant != m else [])
@@ -314,9 +316,14 @@ def main(argv=None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    import_tensorflow()  # first, so that a user error is the only line on stderr
-    runs = plan(args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
-                args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks)
+    selection = (args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
+                 args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks)
+    # The arguments, every config (but the methods' own keys) and the data: before TensorFlow loads.
+    checked = plan(*selection, log=lambda text: None, method_keys=False)
+    if not args.dry_run:
+        check_data(checked)
+    import_tensorflow()  # quietly, before the methods' modules import it
+    runs = plan(*selection)
     if not runs:
         raise UserError("nothing to run: no selected benchmark has a preset for the selected methods and studies")
     if args.dry_run:
@@ -324,7 +331,6 @@ def main(argv=None) -> int:
 
         print("\n".join(dry_run(runs, args.output, finished)))
         return 0
-    check_data(runs)
     with exclusive(args.output):  # one suite at a time in DIR (each run also holds its own folder)
         record_invocation(args.output, argv)
         print(f"{len(runs)} run{'s' if len(runs) != 1 else ''} planned into {args.output}", flush=True)

@@ -30,24 +30,28 @@ import shutil
 import sys
 
 from gcl_tf import config as config_lib
-from gcl_tf import train as train_lib  # noqa: F401  (tests replace train.run)
-from gcl_tf.errors import ConfigError, Stopped, UserError, exit_on_user_error  # noqa: F401
+from gcl_tf.errors import Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import entries, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.quiet import import_tensorflow
 from gcl_tf.tune import local
-from gcl_tf.tune.search import (  # noqa: F401  (the plan of a search)
+from gcl_tf.tune.search import (
     BEST_CONFIG,
     BEST_FILE,
     DEFAULT_RANDOM_TRIALS,
     OBJECTIVE,
     SEARCH_FILE,
     Search,
-    _check_same_search,
-    _log_hparams_config,
+    check_same_search,
     format_values,
+    log_hparams_config,
 )
-from gcl_tf.tune.space import COMMON_GRID, default_grid, search_space, tunable_keys  # noqa: F401
+from gcl_tf.tune.space import COMMON_GRID, default_grid, search_space, tunable_keys
+
+# The package's API: the searching here, the plan and the spaces from its modules.
+__all__ = ["BEST_CONFIG", "BEST_FILE", "COMMON_GRID", "DEFAULT_RANDOM_TRIALS", "OBJECTIVE", "SEARCH_FILE", "Search",
+           "build_parser", "default_grid", "main", "make_oracle", "report", "role", "run_search", "search",
+           "search_space", "tunable_keys"]
 
 
 # ----------------------------------------------------------------------------- roles and folders
@@ -70,7 +74,7 @@ def _check_output(search: Search, overwrite: bool, who: str) -> None:
     if not os.path.exists(os.path.join(folder, SEARCH_FILE)):
         raise UserError(f"{folder} exists and holds no search ({SEARCH_FILE} is missing); choose another --output")
     if not overwrite:
-        _check_same_search(search)
+        check_same_search(search)
 
 
 
@@ -139,7 +143,7 @@ def _search(search: Search, folder: str, who: str) -> dict:
     if who != "worker":
         write_json_atomic(os.path.join(folder, SEARCH_FILE), search.description())
         if fresh:
-            _log_hparams_config(search)
+            log_hparams_config(search)
     _announce(search, who, fresh)
 
     tuner.search()
@@ -271,7 +275,8 @@ def main(argv=None) -> int:
     if args.workers < 1:
         raise UserError(f"--workers: {args.workers} is out of range; allowed: 1 or more")
     local.check_alone(args.workers)
-    import_tensorflow()  # first, so a config error is the only line on stderr
+    config_lib.precheck(args.config, args.overrides)  # before TensorFlow loads: reported in about a second
+    import_tensorflow()  # quietly, before the methods' modules import it
     try:
         plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
                                 output_dir=args.output, trial_verbose=args.verbose)

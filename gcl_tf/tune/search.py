@@ -8,9 +8,9 @@ import math
 import os
 
 from gcl_tf import config as config_lib
-from gcl_tf import train as train_lib
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
+from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS
 from gcl_tf.tune.space import default_grid, search_space
 
 OBJECTIVE = "val_acc"  # the trial's ACC (percent) on the validation splits; maximised
@@ -129,10 +129,10 @@ def _searched_config(config: dict, searched=()) -> dict:
     return config_lib.without_keys(_plain(config), ["output_dir", "train.verbose", *searched])
 
 
-def _finished_run(folder: str, config) -> dict | None:
-    """The results of a run already finished in ``folder`` with this exact config (a trial
-    interrupted after its run ended is not trained again), else None."""
-    path = os.path.join(folder, train_lib.RESULTS)
+def finished_run(folder: str, config) -> dict | None:
+    """The results of a run already finished in ``folder`` with this config (but the keys that do
+    not change results: a trial interrupted after its run ended is not trained again), else None."""
+    path = os.path.join(folder, RESULTS)
     if not os.path.exists(path):
         return None
     try:
@@ -140,7 +140,8 @@ def _finished_run(folder: str, config) -> dict | None:
     except (OSError, ValueError):
         return None
     saved = config_lib.saved_as_today(results.get("config") or {})  # a key added since took its default
-    if _plain(saved) == _plain(config.to_dict()) and results.get("eval_split") == "validation":
+    same = not config_lib.describe_differences(_plain(saved), _plain(config.to_dict()), RESULT_NEUTRAL_KEYS)
+    if same and results.get("eval_split") == "validation":
         return results
     return None
 
@@ -159,7 +160,7 @@ def _hparams_domain(spec):
 _HPARAMS_METRICS = (("tune/val_acc", "validation ACC"), ("tune/val_fgt", "validation FGT"))
 
 
-def _log_hparams(logdir: str, values: dict, metrics: dict, trial_id, step: int) -> None:
+def log_hparams(logdir: str, values: dict, metrics: dict, trial_id, step: int) -> None:
     """The trial's values and scores for TensorBoard's HParams dashboard (in the run's own log folder)."""
     import tensorflow as tf
     from tensorboard.plugins.hparams import api as hp_api
@@ -174,7 +175,7 @@ def _log_hparams(logdir: str, values: dict, metrics: dict, trial_id, step: int) 
     writer.close()
 
 
-def _log_hparams_config(search: Search) -> None:
+def log_hparams_config(search: Search) -> None:
     """The experiment's hyper-parameters and metrics, at the top of ``DIR`` (``tensorboard --logdir DIR``)."""
     import tensorflow as tf
     from tensorboard.plugins.hparams import api as hp_api
@@ -188,7 +189,7 @@ def _log_hparams_config(search: Search) -> None:
     writer.close()
 
 
-def _check_same_search(search: Search) -> None:
+def check_same_search(search: Search) -> None:
     """A resumed search (or a worker) must search what the saved search searches."""
     path = os.path.join(search.output_dir, SEARCH_FILE)
     if not os.path.exists(path):

@@ -15,7 +15,7 @@ from keras_tuner.src.engine.oracle import Display
 
 from gcl_tf import train as train_lib
 from gcl_tf.errors import TrainingError, UserError
-from gcl_tf.tune.search import OBJECTIVE, Search, _check_same_search, _finished_run, _log_hparams, format_values
+from gcl_tf.tune.search import OBJECTIVE, Search, check_same_search, finished_run, format_values, log_hparams
 
 TrialStatus = kt.engine.trial.TrialStatus
 
@@ -137,7 +137,7 @@ class ContinualHyperModel(kt.HyperModel):
 
         values = {k: hp.values[k] for k in self.plan.space}
         config.output_dir = output_dir
-        results = _finished_run(output_dir, config)
+        results = finished_run(output_dir, config)
         if results is None:
             keras.backend.clear_session()
             resume = can_resume(output_dir, config)  # a trial stopped by a signal goes on
@@ -156,7 +156,7 @@ class ContinualHyperModel(kt.HyperModel):
         for name in ("fgt", "bwt"):
             if name in results and results[name] is not None and math.isfinite(results[name]):
                 metrics[f"val_{name}"] = float(results[name])
-        _log_hparams(os.path.join(output_dir, "tensorboard"), values, metrics, trial_id,
+        log_hparams(os.path.join(output_dir, "tensorboard"), values, metrics, trial_id,
                      step=len(results.get("accuracy_matrix", [])))
         return metrics
 
@@ -174,7 +174,7 @@ class ContinualTuner(kt.Tuner):
 
     def run_trial(self, trial, *args, **kwargs):
         if not self._checked:
-            _check_same_search(self.plan)
+            check_same_search(self.plan)
             self._checked = True
         hp = trial.hyperparameters
         config = self.hypermodel.build(hp)
