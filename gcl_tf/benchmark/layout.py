@@ -23,9 +23,9 @@ import numpy as np
 from gcl_tf import methods
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
+from gcl_tf.run_layout import ARTIFACTS, RESULTS  # as written by gcl_tf.train
 
 RUNS, TABLES, FIGURES = "runs", "tables", "figures"
-RESULTS, ARTIFACTS = "results.json", "artifacts.npz"  # as written by gcl_tf.train
 SUITE = "suite.json"
 
 BENCHMARK_LABELS = {

@@ -15,6 +15,7 @@ from keras_tuner.src.engine.oracle import Display
 
 from gcl_tf import train as train_lib
 from gcl_tf.errors import TrainingError, UserError
+from gcl_tf.run_layout import TENSORBOARD
 from gcl_tf.tune.search import OBJECTIVE, Search, check_same_search, finished_run, format_values, log_hparams
 
 TrialStatus = kt.engine.trial.TrialStatus
@@ -156,7 +157,7 @@ class ContinualHyperModel(kt.HyperModel):
         for name in ("fgt", "bwt"):
             if name in results and results[name] is not None and math.isfinite(results[name]):
                 metrics[f"val_{name}"] = float(results[name])
-        log_hparams(os.path.join(output_dir, "tensorboard"), values, metrics, trial_id,
+        log_hparams(os.path.join(output_dir, TENSORBOARD), values, metrics, trial_id,
                      step=len(results.get("accuracy_matrix", [])))
         return metrics
 
