@@ -435,3 +435,30 @@ def test_dry_run_totals_notes_the_data_and_estimates_the_time_from_finished_runs
     out = capsys.readouterr().out.splitlines()
     assert "4 runs: 2 finished, 2 to run" in out
     assert any(line.startswith("time to run: about 48 s (each run as long as the finished ones") for line in out)
+
+
+@pytest.mark.parametrize("extra", [0, 3, 20])
+def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
+    """Every method of the registry (and any number of new ones) gets a colour and a marker of
+    its own (EWC and DER++ were drawn alike: DER++ fell back to the colour cycle's index), the
+    accuracy figure draws them so, and the same method keeps its style whatever else is drawn."""
+    from matplotlib.colors import to_rgba
+
+    from gcl_tf import methods
+    from gcl_tf.benchmark import plots
+    from gcl_tf.benchmark.layout import RunResult
+
+    names = list(methods.REGISTRY) + [f"new_method{i}" for i in range(extra)]
+    matrix = [[90.0, 10.0], [80.0, 85.0]]
+    runs = [RunResult("b", name, 0, "", {"accuracy_matrix": matrix}) for name in names]
+    lines = plots.accuracy_tasks_figure(runs, "b").axes[0].get_lines()
+    assert len(lines) == len(names)
+    assert len({to_rgba(line.get_color()) for line in lines}) == len(names)
+    assert len({str(line.get_marker()) for line in lines}) == len(names)
+    styles = plots.method_styles(names)
+    assert sorted(styles) == sorted(names)
+    assert len({to_rgba(colour) for colour, _ in styles.values()}) == len(names)
+    assert len({str(shape) for _, shape in styles.values()}) == len(names)
+    two = plots.accuracy_tasks_figure([run for run in runs if run.variant in ("ewc", "derpp")], "b", styles)
+    assert {to_rgba(line.get_color()) for line in two.axes[0].get_lines()} == \
+        {to_rgba(styles["ewc"][0]), to_rgba(styles["derpp"][0])}

@@ -30,9 +30,7 @@ from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_k
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
 
-GCL_COLOR, ER_COLOR = "#2ca02c", "#d62728"
-METHOD_COLORS = {"finetune": "#7f7f7f", "ewc": "#9467bd", "icarl": "#8c564b", "gem": "#1f77b4",
-                 "agem": "#17becf", "er": ER_COLOR, "mer": "#ff7f0e", "gcl": GCL_COLOR}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "8", "H")
 TSNE_METHODS = ("finetune", "gcl")  # the paper's t-SNE figure: Finetune (left) vs GCL (right)
 
 
@@ -53,13 +51,36 @@ def save_figure(figure: Figure, path: str) -> str:
     return path
 
 
-def _color(method: str, index: int):
-    return METHOD_COLORS.get(method, f"C{index % 10}")
+def colours(count: int) -> list[str]:
+    """``count`` distinct colours: matplotlib's tab10 while it has enough, then tab20's light
+    shades after its ten dark ones, then hues evenly spaced around the colour wheel."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    if count <= 10:
+        return [to_hex(colormaps["tab10"](i)) for i in range(count)]
+    if count <= 20:
+        return [to_hex(colormaps["tab20"](i)) for i in [*range(0, 20, 2), *range(1, 20, 2)][:count]]
+    return [to_hex(colormaps["hsv"](i / count)) for i in range(count)]
+
+
+def marker(index: int):
+    """The ``index``-th distinct marker: MARKERS, then regular star polygons of more and more points."""
+    return MARKERS[index] if index < len(MARKERS) else (index - len(MARKERS) + 5, 1, 0)
+
+
+def method_styles(names) -> dict[str, tuple]:
+    """``{method: (colour, marker)}``, each method its own colour and its own marker, for any
+    number of methods: in the order of the tables' rows (the registry's, names outside it after),
+    so a suite's figures draw a method alike. Study variants (``gcl-memory100``) are methods here."""
+    order = sorted(set(names), key=method_sort_key)
+    return {name: (colour, marker(i)) for i, (name, colour) in enumerate(zip(order, colours(len(order))))}
 
 
 # ----------------------------------------------------------------------------- accuracy vs tasks
-def accuracy_tasks_figure(runs, benchmark: str) -> Figure | None:
-    """Accuracy after task i averaged over tasks 1..i, one line per method (mean, band +- std)."""
+def accuracy_tasks_figure(runs, benchmark: str, styles=None) -> Figure | None:
+    """Accuracy after task i averaged over tasks 1..i, one line per method (mean, band +- std);
+    ``styles``: :func:`method_styles` (of the suite's methods; None: of this figure's)."""
     curves = defaultdict(list)
     for run in runs:
         if run.benchmark == benchmark and run.is_main:
@@ -68,13 +89,14 @@ def accuracy_tasks_figure(runs, benchmark: str) -> Figure | None:
         return None
     figure = new_figure(6.0, 4.0)
     ax = figure.add_subplot()
-    for i, method in enumerate(sorted(curves, key=method_sort_key)):
+    styles = styles or method_styles(curves)
+    for method in sorted(curves, key=method_sort_key):
         values = np.stack(curves[method])  # [seeds, T]
         x = np.arange(1, values.shape[1] + 1)
         mean = values.mean(axis=0)
         std = values.std(axis=0, ddof=1) if len(values) > 1 else np.zeros_like(mean)
-        color = _color(method, i)
-        ax.plot(x, mean, marker="o", markersize=3, color=color, label=f"{method_label(method)} (n={len(values)})")
+        color, shape = styles[method]
+        ax.plot(x, mean, marker=shape, markersize=4, color=color, label=f"{method_label(method)} (n={len(values)})")
         ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     ax.set_xlabel("Number of tasks seen")
     ax.set_ylabel("Average accuracy on the tasks seen (%)")
@@ -86,7 +108,7 @@ def accuracy_tasks_figure(runs, benchmark: str) -> Figure | None:
 
 
 # ----------------------------------------------------------------------------- memory study
-def memory_figure(runs, metric: str) -> Figure | None:
+def memory_figure(runs, metric: str, styles=None) -> Figure | None:
     """ER vs GCL across memory sizes: one panel per benchmark, bars with std error bars."""
     summary = tables.memory_summary(runs)
     if not summary:
@@ -98,6 +120,7 @@ def memory_figure(runs, metric: str) -> Figure | None:
         stats = summary[b]
         sizes = sorted({s for (_, s) in stats})
         methods = sorted({m for (m, _) in stats}, key=method_sort_key)
+        colour = {m: (styles or method_styles(methods))[m][0] for m in methods}
         width = 0.8 / len(methods)
         x = np.arange(len(sizes))
         for i, m in enumerate(methods):
@@ -105,7 +128,7 @@ def memory_figure(runs, metric: str) -> Figure | None:
             std = [stats.get((m, s), {}).get(metric, (np.nan, np.nan))[1] for s in sizes]
             std = np.nan_to_num(np.asarray(std, float))
             ax.bar(x + (i - (len(methods) - 1) / 2) * width, mean, width, yerr=std, capsize=3,
-                   color=_color(m, i), edgecolor="black", label=method_label(m))
+                   color=colour[m], edgecolor="black", label=method_label(m))
         ax.set_xticks(x, [str(s) for s in sizes])
         ax.set_xlabel("Memory size")
         ax.set_ylabel("Average accuracy (%)" if metric == "acc" else "Average forgetting (%)")
@@ -198,11 +221,12 @@ def tsne_figure(panels, title: str = "") -> Figure | None:
 
 
 # ----------------------------------------------------------------------------- timing
-def timing_figure(summary: dict, benchmark: str) -> Figure | None:
+def timing_figure(summary: dict, benchmark: str, styles=None) -> Figure | None:
     """Training and testing time per sample (ms) for each method, bars with std error bars."""
     methods = sorted((m for (b, m) in summary if b == benchmark), key=method_sort_key)
     if not methods:
         return None
+    styles = styles or method_styles(methods)
     figure = new_figure(max(6.0, 1.3 * len(methods) * 2), 3.6)
     axes = figure.subplots(1, 2)
     for ax, key, label in ((axes[0], "train_ms", "Training time per sample (ms)"),
@@ -210,7 +234,7 @@ def timing_figure(summary: dict, benchmark: str) -> Figure | None:
         means = [summary[(benchmark, m)][key][0] for m in methods]
         stds = np.nan_to_num([summary[(benchmark, m)][key][1] for m in methods])
         ax.bar(range(len(methods)), means, yerr=stds, capsize=3, edgecolor="black",
-               color=[_color(m, i) for i, m in enumerate(methods)])
+               color=[styles[m][0] for m in methods])
         ax.set_xticks(range(len(methods)), [method_label(m) for m in methods])
         ax.set_ylabel(label)
         ax.grid(True, axis="y", alpha=0.3)
@@ -232,8 +256,9 @@ def draw_figures(output: str, runs) -> list[str]:
     written = []
     benchmarks = sorted({r.benchmark for r in runs})
     summary = tables.main_summary(runs)
+    styles = method_styles({r.variant for r in runs} | {r.method for r in runs})  # alike in every figure
     for b in benchmarks:
-        figure = accuracy_tasks_figure(runs, b)
+        figure = accuracy_tasks_figure(runs, b, styles)
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"accuracy_tasks_{b}.png")))
         run, artifacts = _first_with_artifacts(runs, b, "gcl")
@@ -245,11 +270,11 @@ def draw_figures(output: str, runs) -> list[str]:
         figure = tsne_figure(panels, f"{benchmark_label(b)}: t-SNE of penultimate embeddings")
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"tsne_{b}.png")))
-        figure = timing_figure(summary, b)
+        figure = timing_figure(summary, b, styles)
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"timing_{b}.png")))
     for metric in ("acc", "fgt"):
-        figure = memory_figure(runs, metric)
+        figure = memory_figure(runs, metric, styles)
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"memory_{metric}.png")))
     return written
