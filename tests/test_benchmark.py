@@ -110,24 +110,12 @@ def test_context_graph_artifact_is_the_models_expected_graph(make_config, tmp_pa
     """sigmoid(edge logits) of the model's own embeddings of the filled slots; self-edges removed."""
     import tensorflow as tf
 
-    from gcl_tf import artifacts, train
+    from gcl_tf import train
     from gcl_tf.methods import gcl as gcl_lib
 
     config = make_config({"method": {"name": "gcl", "memory_size": 50, "test_graph_samples": 2},
                           "benchmark": {"num_tasks": 1, "samples_per_task": 30, "test_samples_per_task": 20}})
-    captured = {}
-    original = artifacts.export_artifacts
-
-    def export(model, benchmark, split="test", num_images=1000):
-        captured["model"] = model
-        return original(model, benchmark, split, num_images)
-
-    artifacts.export_artifacts = export
-    try:
-        train.run(config, str(tmp_path / "run"), verbose=0)
-    finally:
-        artifacts.export_artifacts = original
-    model = captured["model"]
+    model = train.train_model(config, str(tmp_path / "run"), verbose=0).model
     saved = np.load(tmp_path / "run" / "artifacts.npz")
     assert saved["context_graph"].shape == (30, 30)  # 30 samples seen: 30 of the 50 slots filled
     u, _ = model.embed(model.memory.images[:30], training=False)
