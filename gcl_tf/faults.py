@@ -54,6 +54,28 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "a process starting up"
 
 
+def _busy(folder: str, path: str, holder: str, option: str) -> FolderBusy:
+    return FolderBusy(f"{folder} is in use by another run ({holder} holds {path}); wait for it to end, stop it, "
+                      f"or choose another {option}")
+
+
+def check_free(folder: str, option: str = "--output") -> None:
+    """A :class:`FolderBusy` when another process holds the lock of ``folder`` (as
+    :func:`exclusive` would say); the lock is neither kept nor created."""
+    path = os.path.join(folder, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:  # no lock file: nobody holds it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        raise _busy(folder, path, _holder(fd), option) from None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def exclusive(folder: str, option: str = "--output"):
     """Hold the lock of ``folder`` (created if missing) for the ``with`` block; a one-line
@@ -68,10 +90,7 @@ def exclusive(folder: str, option: str = "--output"):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderBusy(
-                f"{folder} is in use by another run ({_holder(fd)} holds {path}); wait for it to end, "
-                f"stop it, or choose another {option}"
-            ) from None
+            raise _busy(folder, path, _holder(fd), option) from None
         with contextlib.suppress(OSError):  # the pid only informs; a full disk is reported by the run's writes
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())

@@ -38,7 +38,7 @@ from typing import NamedTuple, Optional
 from gcl_tf import config as config_lib
 from gcl_tf import run_layout
 from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
-from gcl_tf.faults import StopSignals, exclusive
+from gcl_tf.faults import StopSignals, check_free, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.learner import check_init_folder
 from gcl_tf.quiet import import_tensorflow
@@ -61,6 +61,7 @@ def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None
         raise NotResumable.no_checkpoint(output_dir)
     left = None if overwrite or resume else run_layout.unfinished_run(output_dir)
     if left:
+        check_free(output_dir)  # a run still going: that is what to say
         raise UserError(f"{output_dir} holds {left}; pass --resume to continue it, or --overwrite to start "
                         "again and delete it, or choose another --output")
 

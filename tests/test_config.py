@@ -103,7 +103,8 @@ def test_a_typo_in_any_preset_is_one_line_naming_the_preset(tmp_path):
     typo = config_with("method: {graph_lamda: 5}")
     for selected in ([], ["method.name=er"], ["method.name=gcl"]):  # gcl's preset unselected, then selected
         message = error_of(path=typo, overrides=selected)
-        assert message.startswith("presets.gcl: unknown key 'method.graph_lamda'; allowed: "), message
+        assert message.startswith("presets.gcl: unknown key 'method.graph_lamda'; did you mean "
+                                  "'method.graph_lambda'? allowed: "), message
         assert "graph_lambda" in message
     message = error_of(path=config_with("train: {learning_rate: -1}"), overrides=["method.name=er"])
     assert message.startswith("presets.gcl: train.learning_rate: -1.0 is out of range; allowed: (0, inf]"), message

@@ -444,12 +444,13 @@ def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path):
 
 
 def test_train_writes_results_through_the_atomic_writer(tmp_path, monkeypatch):
-    from gcl_tf import train
+    from gcl_tf import task_loop, train
 
     written = []
     real = train.write_json_atomic
-    monkeypatch.setattr(train, "write_json_atomic", lambda path, obj: (written.append(os.path.basename(path)),
-                                                                          real(path, obj)))
+    for module in (train, task_loop):  # model.json at the start, results.json at the end
+        monkeypatch.setattr(module, "write_json_atomic", lambda path, obj: (written.append(os.path.basename(path)),
+                                                                               real(path, obj)))
     config = _deep_update(TINY, {"benchmark": {"num_tasks": 1, "samples_per_task": 20}})
     from gcl_tf.config import resolve
 

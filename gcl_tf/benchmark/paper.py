@@ -86,14 +86,8 @@ def _study_benchmarks(requested, study: str, selected: list[str]) -> list[str]:
     return [b for b in names if b in selected]
 
 
-def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
-         studies=STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
-         memory_benchmarks=None, log=print, method_keys=True) -> list[Run]:
-    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
-    training). Runs that are the same (e.g. the memory study at the preset's size and the main
-    run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
-    TensorFlow loads: gcl_tf.config.resolve), for the checks only (every memory size a run)."""
-    from gcl_tf import config as config_lib
+def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes) -> tuple:
+    """The command line's choices, checked: (studies, benchmarks, methods, memory sizes)."""
     from gcl_tf import methods as methods_lib
 
     studies = _names(studies) or list(STUDIES)
@@ -115,6 +109,20 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
     sizes = [int(s) for s in _names(memory_sizes)]
     if any(s < 1 for s in sizes):
         raise UserError("--memory-sizes: every size must be 1 or more")
+    return studies, selected, wanted_methods, sizes
+
+
+def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
+         studies=STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
+         memory_benchmarks=None, log=print, method_keys=True) -> list[Run]:
+    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
+    training). Runs that are the same (e.g. the memory study at the preset's size and the main
+    run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
+    TensorFlow loads: gcl_tf.config.resolve), for the checks only (every memory size a run)."""
+    from gcl_tf import config as config_lib
+
+    studies, selected, wanted_methods, sizes = _selection(config_dir, benchmarks, methods, seeds, studies,
+                                                          memory_sizes)
     study_benchmarks = {"main": selected}
     for study in ("ablation", "memory"):
         requested = ablation_benchmarks if study == "ablation" else memory_benchmarks
