@@ -215,3 +215,17 @@ def test_mistakes_are_reported_before_tensorflow_loads(case, tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], proc.stderr
+
+
+def test_train_model_returns_the_trained_model_with_its_results(tmp_path, make_config):
+    """train.train_model: the results and the model that produced them (the learner it saved)."""
+    from gcl_tf import load_model
+    from gcl_tf.train import train_model
+
+    results, model = train_model(make_config({"benchmark": {"num_tasks": 2}}), output_dir=str(tmp_path / "run"),
+                                 verbose=0)
+    assert int(model.step_counter.numpy()) == results["train_steps"] > 0
+    saved = load_model(tmp_path / "run" / "learner.keras")
+    assert len(saved.weights) == len(model.weights)
+    for a, b in zip(model.weights, saved.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
