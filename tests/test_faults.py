@@ -491,7 +491,7 @@ FILLER = """\
 import sys
 from gcl_tf.quiet import import_tensorflow
 import_tensorflow()  # TensorFlow's start-up lines go, as gcl_tf.train's main sends them
-from gcl_tf import callbacks, train
+from gcl_tf import callbacks, task_loop, train
 mode, value, filler = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 def fill():
@@ -511,12 +511,12 @@ if mode == "step":
         return after_batch(self, batch, logs)
     callbacks.PeriodicCheckpoint.on_train_batch_end = on_train_batch_end
 else:
-    write = train.write_json_atomic
+    write = task_loop.write_json_atomic  # the task loop writes results.json
     def write_json_atomic(path, obj):
         if path.endswith("results.json"):
             fill()
         return write(path, obj)
-    train.write_json_atomic = write_json_atomic
+    task_loop.write_json_atomic = write_json_atomic
 sys.exit(train.main(sys.argv[4:]))
 """
 
