@@ -359,7 +359,8 @@ def test_the_default_space_is_the_methods_default_grid():
 
 
 @pytest.mark.parametrize("space, tuner, expected", [
-    ({"train.learnin_rate": [0.1]}, "grid", ["tune.space: unknown key 'train.learnin_rate'", "train.learning_rate"]),
+    ({"train.learnin_rate": [0.1]}, "grid", ["tune.space: unknown key 'train.learnin_rate'; did you mean "
+                                             "'train.learning_rate'?"]),
     ({"method.margin": [0.5]}, "grid", ["unknown key 'method.margin'", "allowed: method.memory_size"]),
     ({"optimizer": ["sgd"]}, "grid", ["unknown key 'optimizer'", "train.<key>"]),
     ({"method.name": ["er", "gcl"]}, "grid", ["'method.name' cannot be searched"]),

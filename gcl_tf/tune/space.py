@@ -8,7 +8,7 @@ import types
 import typing
 
 from gcl_tf.errors import ConfigError
-from gcl_tf.schema import check_range, coerce, describe_value, type_name
+from gcl_tf.schema import check_range, coerce, describe_value, did_you_mean, type_name
 
 # The GCL paper's appendix "Hyper-parameters" grids (after GEM's): optimizer and learning rate for
 # every method, plus a method's own keys, which its class declares (``tune_grid``: EWC's
@@ -58,7 +58,7 @@ def _unknown_space_key(key, keys: dict, where: str) -> str:
     section = str(key).split(".")[0] + "."
     same_section = [k for k in keys if k.startswith(section)]
     allowed = same_section or sorted({k.split(".")[0] + (".<key>" if "." in k else "") for k in keys})
-    return f"{where}: unknown key '{key}'; allowed: {', '.join(allowed)}"
+    return f"{where}: unknown key '{key}'; {did_you_mean(key, keys)}allowed: {', '.join(allowed)}"
 
 
 def _numeric_base(tp):
