@@ -315,6 +315,8 @@ def test_a_key_added_since_a_run_finished_keeps_it_finished(tmp_path, monkeypatc
     (["--benchmarks", "nope"], ["--benchmarks", "nope", "allowed", "split_cifar10"]),
     (["--benchmarks", "split_cifar10", "--studies", "main,speed"], ["--studies", "speed", "main, ablation, memory"]),
     (["--benchmarks", "split_cifar10", "--methods", "gcll"], ["--methods", "gcll", "allowed"]),
+    (["--benchmarks", "split_cifar10", "--studies", "main,backbone", "--backbones", "convnet,vgg"],
+     ["--backbones: unknown trunk 'vgg'; allowed: convnet, resnet18"]),
     (["--benchmarks", "split_cifar10", "--set", "train.lr=1"], ["train.lr", "learning_rate"]),
     (["--benchmarks", "split_miniimagenet", "--seeds", "1"],
      ["split_miniimagenet", "benchmark.path", "/path/to/miniimagenet", "does not exist"]),
@@ -450,3 +452,171 @@ def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
     two = plots.accuracy_tasks_figure([run for run in runs if run.variant in ("ewc", "derpp")], "b", styles)
     assert {to_rgba(line.get_color()) for line in two.axes[0].get_lines()} == \
         {to_rgba(styles["ewc"][0]), to_rgba(styles["derpp"][0])}
+
+
+# ----------------------------------------------------------------------------- backbone study
+CIFAR = os.path.join(REPO, "configs")
+TRUNK_KEYS = {"convnet": {"backbone": "convnet", "filters": 64}, "resnet18": {"backbone": "resnet18", "filters": 20}}
+
+
+def without_trunk(config: dict) -> dict:
+    """A config dict without model.backbone and model.filters (the only keys a trunk replaces)."""
+    config = json.loads(json.dumps(config))
+    for key in ("backbone", "filters"):
+        config["model"].pop(key)
+    return config
+
+
+def test_backbone_study_runs_each_preset_on_each_trunk_with_only_the_trunk_replaced():
+    """Split CIFAR10's presets: GCL on the ConvNet, the baselines on the ResNet-18. The study adds
+    each method on the other trunk (``<method>-<trunk>``), its preset otherwise unchanged (optimizer,
+    learning rate, memory, model.hidden_size, method keys), and the run on the preset's own trunk
+    is the main run, planned once, whether or not the main study is selected."""
+    from gcl_tf.benchmark import paper
+
+    runs = paper.plan(CIFAR, ["split_cifar10"], ["gcl,er,derpp"], 2, ["main,backbone"], log=lambda text: None)
+    by_key = {(r.variant, r.seed): r for r in runs}
+    assert len(by_key) == len(runs) == 12
+    assert {v for v, _ in by_key} == {"gcl", "er", "derpp", "gcl-resnet18", "er-convnet", "derpp-convnet"}
+    for variant, method, trunk in (("gcl-resnet18", "gcl", "resnet18"), ("er-convnet", "er", "convnet"),
+                                   ("derpp-convnet", "derpp", "convnet")):
+        for seed in range(2):
+            run, main = by_key[(variant, seed)], by_key[(method, seed)]
+            assert run.method == method and run.study == "backbone" and main.study == "main"
+            assert run.overrides == [f"method.name={method}", f"model.backbone={trunk}",
+                                     f"model.filters={TRUNK_KEYS[trunk]['filters']}", f"seed={seed}"]
+            config, preset = run.config.to_dict(), main.config.to_dict()
+            assert {k: config["model"][k] for k in ("backbone", "filters")} == TRUNK_KEYS[trunk]
+            assert without_trunk(config) == without_trunk(preset)  # optimizer, lr, memory, hidden_size, method
+    assert by_key[("gcl-resnet18", 0)].config.model.hidden_size == 256  # GCL's own H
+    assert by_key[("gcl-resnet18", 0)].config.train.optimizer == "adam"
+    assert by_key[("derpp-convnet", 1)].config.train.learning_rate == 0.03  # DER++'s own SGD 0.03
+    # Without the main study the runs on the presets' own trunks are still planned, once, as "<method>".
+    runs = paper.plan(CIFAR, ["split_cifar10"], ["gcl,er"], 1, ["backbone"], backbones=["convnet"],
+                      log=lambda text: None)
+    assert [(r.variant, r.study) for r in runs] == [("gcl", "backbone"), ("er-convnet", "backbone")]
+
+
+def test_default_studies_are_unchanged_and_plan_no_backbone_run(monkeypatch):
+    """The backbone study is extra to the paper: the default --studies plan the runs they did."""
+    from gcl_tf.benchmark import paper
+
+    monkeypatch.chdir(REPO)
+    assert paper.build_parser().parse_args(["--output", "x"]).studies == ["main,ablation,memory"]
+    runs = paper.plan(benchmarks=["split_cifar10"], seeds=1, log=lambda text: None)
+    assert not any(r.variant.endswith(("-convnet", "-resnet18")) for r in runs)
+    assert {r.study for r in runs} == {"main", "ablation", "memory"}
+    assert len(runs) == 8 + 2 + 6  # every preset; the ablation's 2 runs; ER and GCL at 100, 500, 1000
+
+
+def test_backbone_study_on_a_benchmark_it_does_not_select_says_so():
+    from gcl_tf.benchmark import paper
+
+    notes = []
+    runs = paper.plan(CIFAR, ["split_svhn"], ["er"], 1, ["backbone"], log=notes.append)
+    assert runs == [] and len(notes) == 1
+    assert "backbone study runs on split_cifar10" in notes[0] and "--backbone-benchmarks" in notes[0]
+    runs = paper.plan(CIFAR, ["split_svhn"], ["er"], 1, ["backbone"], backbone_benchmarks=["all"],
+                      log=notes.append)
+    assert sorted(r.variant for r in runs) == ["er", "er-convnet"]
+
+
+def test_backbone_trunks_are_the_backbones_defaults():
+    """trunk_of reads ``filters: null`` as the table's filters: they must be the builders' defaults."""
+    import inspect
+
+    from gcl_tf import backbones
+    from gcl_tf.benchmark import layout
+
+    for name, (_, keys) in layout.BACKBONES.items():
+        assert keys == TRUNK_KEYS[name]
+        assert inspect.signature(getattr(backbones, name)).parameters["filters"].default == keys["filters"]
+        assert layout.trunk_of({"backbone": name, "filters": None}) == name
+        assert layout.trunk_of({"backbone": name, "filters": keys["filters"] + 1}) is None
+    assert layout.trunk_of({"backbone": "mlp", "filters": None}) is None
+
+
+def test_dry_run_lists_the_backbone_runs(monkeypatch, capsys):
+    from gcl_tf.benchmark import paper
+
+    forbid_training(monkeypatch)
+    monkeypatch.chdir(REPO)
+    assert paper.main(["--benchmarks", "split_cifar10", "--methods", "gcl,er", "--seeds", "2", "--studies",
+                       "main,backbone", "--output", "/nonexistent/suite", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = [line.split() for line in out if line.startswith("split_cifar10 ")]
+    assert [(v, s, study) for _, v, _, s, study, *_ in listed] == [
+        ("gcl", "0", "main"), ("gcl", "1", "main"), ("er", "0", "main"), ("er", "1", "main"),
+        ("gcl-resnet18", "0", "backbone"), ("gcl-resnet18", "1", "backbone"),
+        ("er-convnet", "0", "backbone"), ("er-convnet", "1", "backbone")]
+    assert "8 runs: 0 finished, 8 to run" in out
+
+
+def fake_backbone_suite(output, acc) -> None:
+    """results.json files as the runs of ``paper --studies main,backbone`` write them (the planned
+    configs), ACC and FGT from ``acc[(variant, seed)]`` (FGT = 100 - ACC), plus a main run outside
+    the study (finetune) and a memory-study run, which the backbone table leaves out."""
+    from gcl_tf.benchmark import layout, paper
+    from gcl_tf.io import write_json_atomic
+
+    runs = paper.plan(CIFAR, ["split_cifar10"], ["finetune,gcl,er"], 3, ["main,backbone,memory"],
+                      memory_sizes=[100], log=lambda text: None)
+    for run in runs:
+        if run.method == "finetune" and run.variant != "finetune":
+            continue
+        value = acc.get((run.variant, run.seed), 20.0 + run.seed)
+        if (run.variant, run.seed) not in acc and run.variant not in ("finetune", "er-memory100", "gcl-memory100"):
+            continue  # a run not finished yet
+        write_json_atomic(os.path.join(layout.run_dir(output, run.benchmark, run.variant, run.seed), "results.json"),
+                          {"method": run.method, "seed": run.seed, "config": run.config.to_dict(), "acc": value,
+                           "fgt": 100.0 - value, "bwt": -1.0, "accuracy_matrix": [[90.0, 0.0], [50.0, value]],
+                           "train_seconds": 10.0, "eval_seconds": 1.0, "train_samples": 100, "eval_samples": 10})
+
+
+def test_backbone_table_holds_each_method_on_each_trunk_from_main_runs_and_variants(tmp_path):
+    """tables/backbone.md and .csv: methods x trunks, ACC and FGT mean ± std (n) per cell (numpy's
+    over the seeds found), the presets' own trunks read from the main runs; `plots DIR` writes them."""
+    from gcl_tf.benchmark import plots
+
+    output = str(tmp_path / "suite")
+    acc = {("gcl", 0): 50.0, ("gcl", 1): 47.5, ("gcl", 2): 47.25, ("gcl-resnet18", 0): 40.0,
+           ("er", 0): 26.0, ("er", 1): 24.0, ("er", 2): 25.5, ("er-convnet", 0): 30.0, ("er-convnet", 1): 33.0}
+    fake_backbone_suite(output, acc)
+    assert plots.main([output]) == 0
+
+    def stats(variant):
+        values = np.array([v for (name, _), v in acc.items() if name == variant])
+        return len(values), values.mean(), (values.std(ddof=1) if len(values) > 1 else float("nan"))
+
+    rows = {(row["method"], row["backbone"]): row for row in read_csv(os.path.join(output, "tables", "backbone.csv"))}
+    cells = {("gcl", "convnet"): "gcl", ("gcl", "resnet18"): "gcl-resnet18", ("er", "convnet"): "er-convnet",
+             ("er", "resnet18"): "er"}
+    assert set(rows) == set(cells)  # not finetune (no variant), not the memory run
+    for key, variant in cells.items():
+        n, mean, std = stats(variant)
+        row = rows[key]
+        assert row["benchmark"] == "split_cifar10" and row["variant"] == variant and int(row["seeds"]) == n
+        assert float(row["acc_mean"]) == pytest.approx(mean, abs=1e-9)
+        assert float(row["fgt_mean"]) == pytest.approx(100 - mean, abs=1e-9)
+        assert (row["acc_std"] == "") if n == 1 else float(row["acc_std"]) == pytest.approx(std, abs=1e-9)
+    markdown = open(os.path.join(output, "tables", "backbone.md"), encoding="utf-8").read()
+    assert "| Method | ConvNet ACC (↑) | ConvNet FGT (↓) | ResNet-18 ACC (↑) | ResNet-18 FGT (↓) | Preset's trunk |" \
+        in markdown
+    _, gcl_mean, gcl_std = stats("gcl")
+    _, er_mean, er_std = stats("er")
+    _, erc_mean, erc_std = stats("er-convnet")
+    assert (f"| GCL | {gcl_mean:.2f} ± {gcl_std:.2f} (n=3) | {100 - gcl_mean:.2f} ± {gcl_std:.2f} (n=3) "
+            f"| 40.00 (n=1) | 60.00 (n=1) | ConvNet |") in markdown
+    assert (f"| ER | {erc_mean:.2f} ± {erc_std:.2f} (n=2) | {100 - erc_mean:.2f} ± {erc_std:.2f} (n=2) "
+            f"| {er_mean:.2f} ± {er_std:.2f} (n=3) | {100 - er_mean:.2f} ± {er_std:.2f} (n=3) "
+            "| ResNet-18 |") in markdown
+    assert "tables/backbone.csv" in open(os.path.join(output, "README.md"), encoding="utf-8").read()
+
+
+def test_no_backbone_table_without_a_backbone_variant(tmp_path):
+    from gcl_tf.benchmark import layout, tables
+
+    output = str(tmp_path / "suite")
+    fake_backbone_suite(output, {("gcl", 0): 50.0, ("er", 0): 25.0})
+    written = tables.write_tables(output, layout.collect(output))
+    assert not any(os.path.basename(path).startswith("backbone") for path in written)

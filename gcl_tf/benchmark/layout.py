@@ -8,7 +8,8 @@
 
 ``<benchmark>`` is the stem of the benchmark's config file (configs/<benchmark>.yaml).
 ``<method-or-variant>`` is a method name for the main runs (the config's preset) or
-``<method>-<variant>`` for the studies (e.g. ``gcl-no_graph_reg``, ``er-memory100``).
+``<method>-<variant>`` for the studies (e.g. ``gcl-no_graph_reg``, ``er-memory100``,
+``er-convnet``).
 """
 from __future__ import annotations
 
@@ -62,6 +63,35 @@ MEMORY_METHODS = ("er", "gcl")  # the paper's memory-size figure
 
 def memory_variant(method: str, size: int) -> str:
     return f"{method}-memory{size}"
+
+
+# The trunks of the backbone study (--backbones): {name: (label, the model keys that make it)}.
+# A backbone variant is the method's preset with these keys replaced and nothing else (the rule:
+# gcl_tf/benchmark/studies.py). model.hidden_size is not a trunk's: the ConvNet and the ResNet-18
+# ignore it (it sizes the MLP trunk's layers); GCL reads it as H, the width of its edge, latent and
+# label embeddings on any trunk, so each method keeps its own.
+BACKBONES = {
+    "convnet": ("ConvNet", {"backbone": "convnet", "filters": 64}),  # the authors' (GCL's preset)
+    "resnet18": ("ResNet-18", {"backbone": "resnet18", "filters": 20}),  # GEM's reduced one (the baselines')
+}
+
+
+def backbone_variant(method: str, trunk: str) -> str:
+    return f"{method}-{trunk}"
+
+
+def backbone_overrides(trunk: str) -> list[str]:
+    """The ``--set`` overrides that put ``trunk`` (a BACKBONES name) in a run's config."""
+    return [f"model.{key}={value}" for key, value in BACKBONES[trunk][1].items()]
+
+
+def trunk_of(model: dict):
+    """The BACKBONES name of the trunk a config's ``model`` section (a dict) describes, or None.
+    ``filters: null`` is the backbone's default, which is the table's (64 and 20, the paper's)."""
+    for name, (_, keys) in BACKBONES.items():
+        if model.get("backbone") == keys["backbone"] and model.get("filters") in (None, keys["filters"]):
+            return name
+    return None
 
 
 def method_label(method: str) -> str:

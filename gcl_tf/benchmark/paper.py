@@ -16,7 +16,13 @@ Studies (``--studies``):
   --ablation-benchmarks (default: the paper's, split_cifar10);
 - ``memory``: ER and GCL at each memory size of --memory-sizes (default 100 250 500 1000), on the
   benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10). The run
-  at a preset's own memory size is the main run.
+  at a preset's own memory size is the main run;
+- ``backbone`` (not in the paper, nor in the default studies): each method of the main study on
+  each trunk of --backbones (default convnet, resnet18: ``layout.BACKBONES``), on the benchmarks
+  of --backbone-benchmarks (default split_cifar10), folders ``<method>-<trunk>``. One rule for
+  every method: its preset with only ``model.backbone`` and ``model.filters`` replaced, every
+  other setting (optimizer, learning rate, memory, model.hidden_size, method keys) the preset's
+  (``studies.py``). The run on the preset's own trunk is the main run.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 from gcl_tf.benchmark import layout
+from gcl_tf.benchmark import studies as study_runs
 from gcl_tf.errors import ConfigError, DataError, NotResumable, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
@@ -37,8 +44,10 @@ from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS, unfinished_run
 
 PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
                     "split_miniimagenet")
-STUDIES = ("main", "ablation", "memory")
-PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn", "split_cifar10")}
+STUDIES = ("main", "ablation", "memory", "backbone")
+DEFAULT_STUDIES = ("main", "ablation", "memory")  # the paper's; the backbone study is extra
+PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn", "split_cifar10"),
+                          "backbone": ("split_cifar10",)}
 PAPER_MEMORY_SIZES = (100, 250, 500, 1000)
 DEFAULT_SEEDS = 5  # the paper's five runs
 
@@ -86,11 +95,11 @@ def _study_benchmarks(requested, study: str, selected: list[str]) -> list[str]:
     return [b for b in names if b in selected]
 
 
-def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes) -> tuple:
-    """The command line's choices, checked: (studies, benchmarks, methods, memory sizes)."""
+def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones) -> tuple:
+    """The command line's choices, checked: (studies, benchmarks, methods, memory sizes, trunks)."""
     from gcl_tf import methods as methods_lib
 
-    studies = _names(studies) or list(STUDIES)
+    studies = _names(studies) or list(DEFAULT_STUDIES)
     unknown = [s for s in studies if s not in STUDIES]
     if unknown:
         raise UserError(f"--studies: unknown study {unknown[0]!r}; allowed: {', '.join(STUDIES)}")
@@ -109,26 +118,32 @@ def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes) ->
     sizes = [int(s) for s in _names(memory_sizes)]
     if any(s < 1 for s in sizes):
         raise UserError("--memory-sizes: every size must be 1 or more")
-    return studies, selected, wanted_methods, sizes
+    trunks = _names(backbones)
+    for t in trunks:
+        if t not in layout.BACKBONES:
+            raise UserError(f"--backbones: unknown trunk {t!r}; allowed: {', '.join(layout.BACKBONES)}")
+    return studies, selected, wanted_methods, sizes, trunks
 
 
 def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
-         studies=STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
-         memory_benchmarks=None, log=print, method_keys=True) -> list[Run]:
+         studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
+         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES), log=print,
+         method_keys=True) -> list[Run]:
     """Every run of the suite, configs resolved and validated (a bad key stops here, before any
     training). Runs that are the same (e.g. the memory study at the preset's size and the main
     run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
     TensorFlow loads: gcl_tf.config.resolve), for the checks only (every memory size a run)."""
     from gcl_tf import config as config_lib
 
-    studies, selected, wanted_methods, sizes = _selection(config_dir, benchmarks, methods, seeds, studies,
-                                                          memory_sizes)
+    studies, selected, wanted_methods, sizes, trunks = _selection(config_dir, benchmarks, methods, seeds, studies,
+                                                                  memory_sizes, backbones)
     study_benchmarks = {"main": selected}
-    for study in ("ablation", "memory"):
-        requested = ablation_benchmarks if study == "ablation" else memory_benchmarks
-        study_benchmarks[study] = _study_benchmarks(requested, study, selected) if study in studies else []
+    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks}
+    for study in PAPER_STUDY_BENCHMARKS:
+        study_benchmarks[study] = _study_benchmarks(requested[study], study, selected) if study in studies else []
         if study in studies and not study_benchmarks[study]:
-            log(f"note: the {study} study runs on {', '.join(_names(requested) or PAPER_STUDY_BENCHMARKS[study])}, "
+            log(f"note: the {study} study runs on "
+                f"{', '.join(_names(requested[study]) or PAPER_STUDY_BENCHMARKS[study])}, "
                 f"none of which is selected; pass --{study}-benchmarks NAME[,NAME] or all")
 
     runs, seen = [], {}
@@ -150,26 +165,24 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
         presets = preset_methods(path)
         main = [m for m in (wanted_methods or presets) if m in presets]
         missing = [m for m in wanted_methods if m not in presets]
-        if "main" in studies:
-            if missing:
-                log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
-            for m in main:
-                add(b, m, m, "main", [])
+        if missing and ("main" in studies or b in study_benchmarks["backbone"]):
+            log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
+
+        def preset(m, keys=method_keys):
+            return config_lib.load_config(path, [f"method.name={m}", *overrides], keys)
+
+        planned = {"main": [(m, m, []) for m in main] if "main" in studies else []}
         if b in study_benchmarks["ablation"]:
-            if "gcl" not in presets:
-                raise UserError(f"{path}: the ablation study needs a gcl preset")
-            for variant, _, variant_overrides in layout.ABLATIONS:
-                if variant not in layout.DERIVED:  # read from the run it is derived from
-                    add(b, variant, "gcl", "ablation", list(variant_overrides))
+            planned["ablation"] = study_runs.ablation(path, presets)
         if b in study_benchmarks["memory"]:
-            for m in layout.MEMORY_METHODS:
-                if m not in presets:
-                    raise UserError(f"{path}: the memory study needs a {m} preset")
-                preset_size = (config_lib.load_config(path, [f"method.name={m}", *overrides]).method.memory_size
-                               if method_keys else None)
-                for size in sizes:
-                    variant = m if size == preset_size else layout.memory_variant(m, size)
-                    add(b, variant, m, "memory", [f"method.memory_size={size}"] if variant != m else [])
+            planned["memory"] = study_runs.memory(
+                path, presets, sizes, lambda m: preset(m).method.memory_size if method_keys else None)
+        if b in study_benchmarks["backbone"]:
+            planned["backbone"] = study_runs.backbone(
+                main, trunks, lambda m: layout.trunk_of(preset(m, False).to_dict()["model"]))
+        for study, variants in planned.items():
+            for variant, method, variant_overrides in variants:
+                add(b, variant, method, study, variant_overrides)
     return runs
 
 
@@ -299,14 +312,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--methods", nargs="+", metavar="NAME",
                         help="methods of the main study (default: every preset of each benchmark's config)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"seeds 0..N-1 (default {DEFAULT_SEEDS})")
-    parser.add_argument("--studies", nargs="+", metavar="STUDY", default=["main,ablation,memory"],
-                        help="any of main, ablation, memory (default: all three)")
+    parser.add_argument("--studies", nargs="+", metavar="STUDY", default=[",".join(DEFAULT_STUDIES)],
+                        help=f"any of {', '.join(STUDIES)} (default: {','.join(DEFAULT_STUDIES)}, the paper's)")
     parser.add_argument("--ablation-benchmarks", nargs="+", metavar="NAME",
                         help="benchmarks of the ablation study, or all (default: split_cifar10, as the paper)")
     parser.add_argument("--memory-benchmarks", nargs="+", metavar="NAME",
                         help="benchmarks of the memory study, or all (default: split_svhn,split_cifar10, as the paper)")
     parser.add_argument("--memory-sizes", nargs="+", metavar="N", default=[",".join(map(str, PAPER_MEMORY_SIZES))],
                         help="memory sizes of the memory study (default: 100,250,500,1000)")
+    parser.add_argument("--backbone-benchmarks", nargs="+", metavar="NAME",
+                        help="benchmarks of the backbone study, or all (default: split_cifar10)")
+    parser.add_argument("--backbones", nargs="+", metavar="TRUNK", default=[",".join(layout.BACKBONES)],
+                        help="trunks of the backbone study: each method's preset with only the trunk replaced "
+                             f"(default: {','.join(layout.BACKBONES)})")
     parser.add_argument("--config-dir", default="configs", help="folder of the benchmark configs (default: configs)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key in every run, e.g. --set eval.batch_size=1000 (repeatable)")
@@ -325,7 +343,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     selection = (args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
-                 args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks)
+                 args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks, args.backbone_benchmarks,
+                 args.backbones)
     # The arguments, every config (but the methods' own keys) and the data: before TensorFlow loads.
     checked = plan(*selection, log=lambda text: None, method_keys=False)
     if not args.dry_run:

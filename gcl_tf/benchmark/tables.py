@@ -24,12 +24,13 @@ TABLE_GROUPS = (
 METRICS = (("acc", "ACC (↑)"), ("fgt", "FGT (↓)"))
 
 
-def fmt(mean: float, std: float, n: int, full_n: int | None = None) -> str:
-    """``82.36 ± 0.36``; ``-`` without runs; the seed count when it differs from the table's."""
+def fmt(mean: float, std: float, n: int, full_n: int | None = None, show_n: bool = False) -> str:
+    """``82.36 ± 0.36``; ``-`` without runs; the seed count when it differs from the table's
+    (``show_n``: always)."""
     if n == 0 or not np.isfinite(mean):
         return "-"
     text = f"{mean:.2f}" if not np.isfinite(std) else f"{mean:.2f} ± {std:.2f}"
-    if full_n is not None and n != full_n:
+    if show_n or (full_n is not None and n != full_n):
         text += f" (n={n})"
     return text
 
@@ -229,6 +230,50 @@ def memory_table(runs) -> tuple[str, str]:
     return "\n".join(md_parts), _csv(header, csv_rows)
 
 
+# ----------------------------------------------------------------------------- backbone study
+def backbone_runs(runs) -> dict:
+    """{benchmark: {(method, trunk): [runs]}} for the methods with a backbone-study run
+    (``<method>-<trunk>``) on a benchmark: those runs, and the method's main runs under the trunk
+    of their preset (``layout.trunk_of``; a preset on another trunk is left out)."""
+    variants = {layout.backbone_variant(r.method, t): t for r in runs for t in layout.BACKBONES}
+    studied = {(r.benchmark, r.method) for r in runs if r.variant in variants}
+    out = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if (run.benchmark, run.method) not in studied:
+            continue
+        trunk = layout.trunk_of(run.config.get("model", {})) if run.is_main else variants.get(run.variant)
+        if trunk is not None:
+            out[run.benchmark][(run.method, trunk)].append(run)
+    return {b: dict(v) for b, v in out.items()}
+
+
+def backbone_table(runs) -> tuple[str, str]:
+    """Methods x trunks on each benchmark of the backbone study: ACC and FGT, mean ± std (n)."""
+    md_parts, csv_rows = [], []
+    for b, groups in sorted(backbone_runs(runs).items()):
+        stats = {key: {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
+                 for key, group in groups.items()}
+        trunks = [t for t in layout.BACKBONES if any(key[1] == t for key in groups)]
+        methods = sorted({m for (m, _) in groups}, key=method_sort_key)
+        header = ["Method"] + [f"{layout.BACKBONES[t][0]} {label}" for t in trunks for _, label in METRICS]
+        rows = []
+        for m in methods:
+            cells = [fmt(*stats[(m, t)][k], show_n=True) if (m, t) in stats else "-"
+                     for t in trunks for k, _ in METRICS]
+            own = [t for t in trunks if (m, t) in groups and groups[(m, t)][0].is_main]
+            rows.append([method_label(m), *cells, layout.BACKBONES[own[0]][0] if own else "-"])
+        keys = "; ".join(f"{layout.BACKBONES[t][0]}: " + ", ".join(layout.backbone_overrides(t)) for t in trunks)
+        md_parts.append(f"**Backbones on {benchmark_label(b)}** (%, mean ± sample std over the seeds (n)): each "
+                        f"method's preset with only the trunk replaced ({keys}); on the preset's trunk, its main "
+                        "run.\n\n" + _markdown(header + ["Preset's trunk"], rows))
+        for (m, t) in sorted(groups, key=lambda k: (method_sort_key(k[0]), list(layout.BACKBONES).index(k[1]))):
+            st = stats[(m, t)]
+            csv_rows.append([b, m, t, groups[(m, t)][0].variant, st["acc"][2], _num(st["acc"][0]), _num(st["acc"][1]),
+                             _num(st["fgt"][0]), _num(st["fgt"][1])])
+    header = ["benchmark", "method", "backbone", "variant", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std"]
+    return "\n".join(md_parts), _csv(header, csv_rows)
+
+
 # ----------------------------------------------------------------------------- all tables
 def write_tables(output: str, runs) -> list[str]:
     """Write every table into ``output/tables``; returns the paths written."""
@@ -258,4 +303,8 @@ def write_tables(output: str, runs) -> list[str]:
     if md:
         put("memory.md", md)
         put("memory.csv", table_csv)
+    md, table_csv = backbone_table(runs)
+    if md:
+        put("backbone.md", md)
+        put("backbone.csv", table_csv)
     return written

@@ -1,0 +1,57 @@
+"""The runs each study of ``python -m gcl_tf.benchmark paper`` adds on one benchmark, besides the
+main runs: ``(variant folder, method, overrides on top of the method's preset)``
+(``paper.plan`` runs each for every seed; one that is a main run appears once).
+
+- ``ablation``: GCL without one more component each time (``layout.ABLATIONS``);
+- ``memory``: ER and GCL at each memory size (the preset's own size: the main run);
+- ``backbone``: each method on each trunk of ``layout.BACKBONES``. **The rule, the same for every
+  method: a backbone variant is the method's preset with only the trunk's keys replaced**
+  (``model.backbone`` and ``model.filters``: the authors' ConvNet with 64 filters, GEM's reduced
+  ResNet-18 with 20). Everything else stays the preset's, whether or not it was tuned for that
+  trunk: the optimizer, the learning rate, the memory, ``model.hidden_size`` (ignored by both
+  trunks; GCL's embedding width H on any trunk) and the method's own keys. So a baseline on the
+  ConvNet keeps its ResNet-18 preset's settings, and GCL on the ResNet-18 keeps its ConvNet
+  preset's. The run on the preset's own trunk is the main run (folder ``<method>``).
+"""
+from __future__ import annotations
+
+from gcl_tf.benchmark import layout
+from gcl_tf.errors import UserError
+
+
+def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
+    """The ablation's trained GCL variants (the DERIVED column is read from another run)."""
+    if "gcl" not in presets:
+        raise UserError(f"{path}: the ablation study needs a gcl preset")
+    return [(variant, "gcl", list(overrides)) for variant, _, overrides in layout.ABLATIONS
+            if variant not in layout.DERIVED]
+
+
+def memory(path: str, presets, sizes, preset_size) -> list[tuple[str, str, list[str]]]:
+    """ER and GCL at each of ``sizes``; ``preset_size(method)``: the preset's memory size (None:
+    unknown, every size a variant)."""
+    out = []
+    for method in layout.MEMORY_METHODS:
+        if method not in presets:
+            raise UserError(f"{path}: the memory study needs a {method} preset")
+        own = preset_size(method)
+        for size in sizes:
+            if size == own:
+                out.append((method, method, []))
+            else:
+                out.append((layout.memory_variant(method, size), method, [f"method.memory_size={size}"]))
+    return out
+
+
+def backbone(methods, trunks, preset_trunk) -> list[tuple[str, str, list[str]]]:
+    """Each of ``methods`` on each of ``trunks`` (layout.BACKBONES names); ``preset_trunk(method)``:
+    the trunk of the method's preset (layout.trunk_of), whose run is the main run."""
+    out = []
+    for method in methods:
+        own = preset_trunk(method)
+        for trunk in trunks:
+            if trunk == own:
+                out.append((method, method, []))
+            else:
+                out.append((layout.backbone_variant(method, trunk), method, layout.backbone_overrides(trunk)))
+    return out
