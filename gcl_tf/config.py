@@ -28,6 +28,7 @@ import yaml
 from gcl_tf import methods
 from gcl_tf.data.config import BenchmarkConfig
 from gcl_tf.errors import ConfigError
+from gcl_tf.methods import declared
 from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, did_you_mean, value_range
 
 # Sources read from benchmark.path (the others: scikit-learn's digits, TFDS).
@@ -210,6 +211,9 @@ def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     config.method = MethodConfig(name=name)
     _check_consistency(config)
     if not method_keys:
+        _check_method_key_names(name, method_section, "method")
+        for preset_name, preset in presets.items():
+            _check_method_key_names(preset_name, preset.get("method"), f"presets.{preset_name}.method")
         return config
     for preset_name, preset in presets.items():
         _check_preset(preset_name, preset, methods.config_class(preset_name))
@@ -217,6 +221,18 @@ def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     config.method = build_dataclass(methods.config_class(name), {**method_section, "name": name}, "method")
     _check_method(config)
     return config
+
+
+def _check_method_key_names(name: str, section, where: str) -> None:
+    """Unknown keys of a method's section, from the keys its module declares (read from source,
+    before TensorFlow loads: gcl_tf/methods/declared.py); their values are checked on import."""
+    keys = declared.config_keys(methods.REGISTRY[name][0])
+    if keys is None or not isinstance(section, dict):
+        return
+    for key in section:
+        if key not in keys:
+            raise ConfigError(f"unknown key '{where}.{key}'; {did_you_mean(key, keys, where)}"
+                              f"allowed: {', '.join(keys)}")
 
 
 def _method_name(method_raw) -> str:

@@ -176,6 +176,12 @@ EARLY_MISTAKES = {  # (module, arguments, what the line says)
                         "error: presets.finetune: unknown key 'train.learning_rat'; did you mean"),
     "method typo": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "method.name=gcll"],
                     "error: method.name: 'gcll' is not allowed; did you mean 'gcl'? allowed: "),
+    "method key typo": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "method.memory_sise=3"],
+                        "error: unknown key 'method.memory_sise'; did you mean 'method.memory_size'? allowed: "
+                        "name, memory_size, replay_batch_size"),
+    "gcl key typo": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "method.name=gcl",
+                                                "--set", "method.graph_lamda=5"],
+                     "error: unknown key 'method.graph_lamda'; did you mean 'method.graph_lambda'?"),
     "wrong type": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.batch_size=ten"],
                    "error: train.batch_size: expected an integer, got 'ten'"),
     "out of range": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.learning_rate=0"],

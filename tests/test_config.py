@@ -214,3 +214,18 @@ def test_layers_import_downward():
                 names = [f"gcl_tf.{a.name}" for a in node.names]
             for name in names:
                 assert not name.startswith(above), f"{path.relative_to(root)} imports {name}"
+
+
+def test_every_methods_keys_are_read_from_its_source_as_its_dataclass_declares_them():
+    """gcl_tf/methods/declared.py reads each registered method's Config keys without importing
+    its module (no TensorFlow): the same names in the same order as the dataclass, for every
+    method (a package like gcl/, a Config re-exported or derived from another method's)."""
+    import dataclasses
+
+    from gcl_tf import methods
+    from gcl_tf.methods import declared
+
+    for name, (module, _) in methods.REGISTRY.items():
+        assert declared.config_keys(module) == [f.name for f in dataclasses.fields(methods.config_class(name))], name
+    assert declared.config_keys("gcl_tf.methods.nonexistent") is None  # unreadable: the full check only
+    assert declared.config_keys("keras.layers") is None
