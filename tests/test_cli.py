@@ -197,7 +197,8 @@ EARLY_MISTAKES = {  # (module, arguments, what the line says)
                        "holds an unfinished run (its checkpoint of step 40"),
     "resume nothing": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--output", str(t / "new"), "--resume"],
                        "error: --resume: no checkpoint to resume from in"),
-    "init_from": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--init-from", str(t / "nowhere")],
+    "init_from": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--init-from", str(t / "nowhere"),
+                                             "--output", str(t / "run")],  # not the quickstart's runs/ folder
                   "error: init_from: "),
     "export run_dir": ("gcl_tf.export", lambda t: [str(t / "nowhere"), str(t / "out")],
                        "error: RUN_DIR: folder '"),
