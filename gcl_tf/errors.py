@@ -45,7 +45,8 @@ class NotResumable(UserError):
         from gcl_tf.run_layout import checkpoint_dir
 
         return cls(f"no checkpoint to resume from in {checkpoint_dir(output_dir)}",
-                   "run without --resume to start the run")
+                   "run without --resume to start the run (with --overwrite if the folder holds checkpoint "
+                   "files: they are deleted)")
 
 
 class FolderBusy(UserError):

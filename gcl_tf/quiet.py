@@ -33,7 +33,7 @@ _capturing = False  # a capture is under way (an import inside another one is ca
 #: Processors where gcl_tf turns TensorFlow's oneDNN kernels on when the user has not chosen
 #: (``platform.machine()`` names). TensorFlow's x86 build enables oneDNN by itself only on CPUs with
 #: AVX-512 neural-network features (VNNI, BF16, AMX); on the AVX2-only CPUs it leaves them off,
-#: where the ConvNet GCL step is 1.3x faster with them on and the MLP step unchanged
+#: where the ConvNet GCL step is 1.6x faster with them on and the MLP step unchanged
 #: (docs/performance.md#onednn-on-every-x86-cpu). Not on ARM: TensorFlow chooses its ACL-backed
 #: oneDNN there itself and it has not been measured here.
 ONEDNN_MACHINES = frozenset({"x86_64", "AMD64", "amd64", "i686", "i386"})

@@ -65,5 +65,6 @@ def test_a_deterministic_convnet_gcl_run_is_bit_identical_with_onednn():
     """Op determinism with oneDNN's convolutions and BatchNorm: two processes, the same weights
     after six GCL steps of the authors' ConvNet (memory filling, then replay)."""
     first, second = _python(DETERMINISTIC_STEPS), _python(DETERMINISTIC_STEPS)
-    assert ("onednn True" in first) == X86
+    if X86:  # elsewhere TensorFlow's own choice, whatever it is
+        assert "onednn True" in first
     assert first.split("weights")[1] == second.split("weights")[1]
