@@ -32,7 +32,10 @@ def data_needed(run) -> str:
         state = ("prepared" if os.path.isdir(os.path.join(data_dir, bench.dataset))
                  else "not prepared: downloaded on first use, which needs the network")
         return f"TFDS {bench.dataset!r} in {data_dir} ({state})"
-    state = "present" if os.path.exists(bench.path) else f"MISSING: set benchmark.path in {run.config_path} or --set"
+    from gcl_tf.config import missing_data_path  # the precheck's own rule (a file for npz, a folder else)
+
+    missing = missing_data_path(bench)
+    state = f"MISSING: set benchmark.path in {run.config_path} or --set" if missing else "present"
     return f"{bench.source} {bench.path} ({state})"
 
 

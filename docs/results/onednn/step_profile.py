@@ -37,11 +37,8 @@ def main() -> None:
     from gcl_tf.benchmark.timing import interleaved_seconds
     from gcl_tf.benchmark.workloads import make_model, prepare_train_step
 
+    # TensorFlow reads TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS itself; reported below
     intra, inter = os.environ.get("TF_NUM_INTRAOP_THREADS"), os.environ.get("TF_NUM_INTEROP_THREADS")
-    if intra:
-        tf.config.threading.set_intra_op_parallelism_threads(int(intra))
-    if inter:
-        tf.config.threading.set_inter_op_parallelism_threads(int(inter))
     shape = (32, 32, 3)
     keys = dict(graph_lambda=50, context_temperature=1.0, regularize_below=None, kernel_width=None)
     fns = {}
