@@ -261,21 +261,90 @@ def test_er_train_step_does_not_retrace_across_steps_or_tasks(make_config, tmp_p
     assert results["train_steps"] == 3 * 6
 
 
+def salt_positions() -> dict:
+    """{function name: index of its positional salt argument in a call} for every function that
+    takes a stream's salt (a method's ``self`` not counted)."""
+    import inspect
+
+    from gcl_tf.data.protocols import task_rng
+    from gcl_tf.memory.reservoir import replay_batch
+    from gcl_tf.memory.state import step_seed
+
+    positions = {}
+    for name, function, skip in (("step_seed", step_seed, 0), ("task_rng", task_rng, 0),
+                                 ("replay_batch", replay_batch, 0), ("sample", ReservoirMemory.sample, 1)):
+        positions[name] = list(inspect.signature(function).parameters).index("salt") - skip
+    return positions
+
+
+def salt_mistakes(source: str, positions: dict) -> list:
+    """Where ``source`` numbers a random stream itself, parsed (``ast``), so that a call is found
+    whatever its arguments hold: a salt argument (positional, or ``salt=`` of any call) that is
+    not a name of gcl_tf/salts.py (``salts.NAME``) or a salt passed on (the name ``salt``), and a
+    ``SALT...`` constant of its own. Returns ``["line N: code"]``."""
+    import ast
+
+    def allowed(node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id == "salt"
+        return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "salts"
+                and node.attr.isupper())
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            given = [k.value for k in node.keywords if k.arg == "salt"]
+            if name in positions and len(node.args) > positions[name]:
+                given.append(node.args[positions[name]])
+            if any(not allowed(arg) for arg in given):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            if any(n.lstrip("_").startswith("SALT") for n in names):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_salt_check_finds_every_call_that_numbers_a_stream_itself():
+    """salt_mistakes parses the source: calls with nested parentheses, several lines or a salt
+    keyword are found; the table's names and a salt passed on are not mistakes."""
+    positions = salt_positions()
+    assert positions == {"step_seed": 2, "task_rng": 2, "replay_batch": 3, "sample": 2}
+    mistakes = [
+        "seed = step_seed(0, tf.cast(seed, tf.int64), 7)",
+        "rng = task_rng(int(self.seed), len(tasks), 5)",
+        "rng = task_rng(self.seed, t,\n               (2))",
+        "drawn = self.memory.sample(k, counter + tf.cast(j, tf.int64), salt=103)",
+        "batch = replay_batch(self.memory, size, self.step_counter, salts.REPLAY + 1)",
+        "SALT = 7",
+        "_SALT_OF_MINE: int = 7",
+    ]
+    for source in mistakes:
+        assert len(salt_mistakes(source, positions)) == 1, source
+    fine = ("seed = step_seed(0, tf.cast(seed, tf.int64), salts.SERVING)\n"
+            "drawn = memory.sample(size, counter, salt)\n"
+            "batch = replay_batch(self.memory, size, self.step_counter)\n"
+            "x = tfd.Logistic(loc=0.0, scale=1.0).sample(shape, seed=seed)\n")
+    assert salt_mistakes(fine, positions) == []
+
+
 def test_every_random_stream_takes_its_salt_from_the_one_table():
     """gcl_tf/salts.py: distinct values, and no module of the package numbers a stream itself
-    (a salt literal outside the table, or a SALT constant of its own)."""
+    (a salt outside the table, or a SALT constant of its own: salt_mistakes)."""
     import os
-    import re
 
     from gcl_tf import salts
 
     values = {name: value for name, value in vars(salts).items() if name.isupper()}
     assert len(values) >= 13 and len(set(values.values())) == len(values), values
+    positions = salt_positions()
     package = os.path.dirname(salts.__file__)
-    own = re.compile(r"^\s*_?SALT\w*\s*=|(step_seed|task_rng)\([^)]*,\s*\d+\)", re.MULTILINE)
     for folder, _, files in os.walk(package):
         for name in files:
             path = os.path.join(folder, name)
             if name.endswith(".py") and path != salts.__file__:
                 with open(path, encoding="utf-8") as handle:
-                    assert not own.search(handle.read()), os.path.relpath(path, package)
+                    assert salt_mistakes(handle.read(), positions) == [], os.path.relpath(path, package)
