@@ -219,6 +219,54 @@ def test_folder_source_classes_in_sorted_name_order(tmp_path, make_config):
     assert train.images.shape == (9, 4, 4, 3)
 
 
+def test_a_folder_source_is_listed_by_one_function(tmp_path, make_config, monkeypatch):
+    """files.class_images: the class folders and their image files, sorted (other files and a file
+    beside the class folders left out); the folder source's classes, size checks, loading and
+    to-npz's colour check all read their files through it."""
+    import types
+
+    from gcl_tf.data import files
+
+    write_png_folder(tmp_path / "imgs", {"zebra": 2, "ant": 1})
+    (tmp_path / "imgs" / "train" / "ant" / "notes.txt").write_text("not an image")
+    (tmp_path / "imgs" / "train" / "ant" / "B.PNG").write_bytes((tmp_path / "imgs/train/ant/000.png").read_bytes())
+    (tmp_path / "imgs" / "train" / "README").write_text("not a class")
+    root = str(tmp_path / "imgs" / "train")
+    assert files.class_images(root) == {
+        "ant": [os.path.join(root, "ant", name) for name in ("000.png", "B.PNG")],
+        "zebra": [os.path.join(root, "zebra", name) for name in ("000.png", "001.png")]}
+    assert list(files.folder_images(str(tmp_path / "imgs"), ("train",))) == [
+        p for paths in files.class_images(root).values() for p in paths]
+
+    listed, inside = [], []
+    real_listing, real_listdir = files.class_images, os.listdir
+
+    def class_images(folder):
+        listed.append(folder)
+        inside.append(True)
+        try:
+            return real_listing(folder)
+        finally:
+            inside.pop()
+
+    def listdir(*args):
+        assert inside, f"{args}: a folder source listed a folder outside files.class_images"
+        return real_listdir(*args)
+
+    guarded_os = types.ModuleType("os")  # files.py's os (Keras's own listing left alone)
+    guarded_os.__dict__.update(vars(os))
+    guarded_os.listdir = listdir
+    monkeypatch.setattr(files, "class_images", class_images)
+    monkeypatch.setattr(files, "os", guarded_os)
+    config = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"),
+                                        "color_mode": "grayscale"}})
+    source = make_source(config.benchmark)
+    assert source.class_names() == ["ant", "zebra"]
+    assert source.load("train").images.shape == (4, 7, 5, 1)
+    assert sorted(files.folder_colours(str(tmp_path / "imgs"))) == ["grayscale"]
+    assert {os.path.basename(folder) for folder in listed} == {"train", "test"}
+
+
 def test_folder_source_errors(tmp_path, make_config):
     write_png_folder(tmp_path / "imgs", {"a": 2, "b": 2})
     (tmp_path / "imgs" / "train" / "c").mkdir()  # an empty class folder

@@ -120,16 +120,23 @@ class NpzSource(Source):
 
 
 # ----------------------------------------------------------------------------------- folder
+def class_images(root: str) -> dict[str, list[str]]:
+    """One split of a folder source, ``root/<class>/*``: ``{class: the paths of its image files}``,
+    the class folders and each one's images (by extension: IMAGE_EXTENSIONS) in sorted order. The
+    one listing of a folder source's files: every reader below goes through it."""
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    return {name: [os.path.join(root, name, f) for f in sorted(os.listdir(os.path.join(root, name)))
+                   if f.lower().endswith(IMAGE_EXTENSIONS)]
+            for name in classes}
+
+
 def folder_images(path: str, splits=("train", "test")):
     """Every image file of a folder source, ``path/<split>/<class>/*``, in sorted order."""
     for split in splits:
         root = os.path.join(path, split)
-        if not os.path.isdir(root):
-            continue
-        for name in sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))):
-            folder = os.path.join(root, name)
-            for file in sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)):
-                yield os.path.join(folder, file)
+        if os.path.isdir(root):
+            for files in class_images(root).values():
+                yield from files
 
 
 def image_colour(path: str) -> str:
@@ -172,39 +179,38 @@ def first_undecodable(files) -> tuple[str, str] | None:
 class FolderSource(Source):
     name = "folder"
 
-    def _class_dirs(self, split):
+    def _split_images(self, split) -> tuple[str, dict[str, list[str]]]:
+        """The split's folder and its :func:`class_images`, checked: a class folder at least,
+        and images in every one."""
         root = os.path.join(self.config.path, split)
         if not os.path.isdir(root):
             raise DataError(f"benchmark.path: {root!r} does not exist; "
                             "a folder source needs train/<class>/ and test/<class>/")
-        classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-        if not classes:
+        images = class_images(root)
+        if not images:
             raise DataError(f"benchmark.path: {root!r} has no class folders")
-        for name in classes:
-            files = [f for f in os.listdir(os.path.join(root, name)) if f.lower().endswith(IMAGE_EXTENSIONS)]
+        for name, files in images.items():
             if not files:
                 raise DataError(
                     f"benchmark.path: class folder {os.path.join(root, name)!r} is empty; "
                     f"every class needs images ({', '.join(IMAGE_EXTENSIONS)})"
                 )
-        return root, classes
+        return root, images
 
     def native_num_classes(self):
-        return len(self._class_dirs("train")[1])
+        return len(self._split_images("train")[1])
 
     def class_names(self):
-        return list(self._class_dirs("train")[1])
+        return list(self._split_images("train")[1])
 
-    def _check_native_sizes(self, root, classes, size) -> None:
+    def _check_native_sizes(self, images: dict, size) -> None:
         """Without benchmark.image_size every image keeps its native size, which must be the
         training images' one: every image is checked (a header read each, no decoding), so none
         is silently resized."""
         from PIL import Image
 
-        for name in classes:
-            folder = os.path.join(root, name)
-            for file in sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)):
-                path = os.path.join(folder, file)
+        for files in images.values():
+            for path in files:
                 try:
                     with Image.open(path) as image:
                         width, height = image.size
@@ -217,29 +223,28 @@ class FolderSource(Source):
                         f"{size[0]}x{size[1]}; set benchmark.image_size to resize every image"
                     )
 
-    def _image_size(self, root, classes):
+    def _image_size(self, train_images: dict):
         if self.config.image_size is not None:
             return self.config.image_size, self.config.image_size
         from PIL import Image
 
-        first_dir = os.path.join(root, classes[0])
-        first = sorted(f for f in os.listdir(first_dir) if f.lower().endswith(IMAGE_EXTENSIONS))[0]
-        with Image.open(os.path.join(first_dir, first)) as image:
+        first = next(iter(train_images.values()))[0]  # the first training image
+        with Image.open(first) as image:
             width, height = image.size
         return height, width
 
     def _load(self, split):
         import keras
 
-        root, classes = self._class_dirs(split)
-        train_classes = self._class_dirs("train")[1]
+        root, images = self._split_images(split)
+        train_images = images if split == "train" else self._split_images("train")[1]
+        classes, train_classes = list(images), list(train_images)
         if classes != train_classes:
             raise DataError(f"benchmark.path: {root!r} has classes {classes[:5]}... "
                             f"but train/ has {train_classes[:5]}...")
-        train_root = os.path.join(self.config.path, "train")
-        size = self._image_size(train_root, train_classes)
+        size = self._image_size(train_images)
         if self.config.image_size is None:
-            self._check_native_sizes(root, classes, size)
+            self._check_native_sizes(images, size)
         try:
             dataset = keras.utils.image_dataset_from_directory(
                 root,
