@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -217,6 +218,14 @@ def mean_std(values) -> tuple[float, float, int]:
     if n == 0:
         return float("nan"), float("nan"), 0
     return float(np.mean(values)), (float(np.std(values, ddof=1)) if n > 1 else float("nan")), n
+
+
+def paired_difference(pairs) -> tuple[float, float, int]:
+    """Mean of paired differences ``b - a`` over ``pairs`` [(a, b), ...] (one per seed), its standard
+    error (std ddof=1 / sqrt(n); NaN for one pair) and the count of pairs with both values finite."""
+    diffs = [b - a for a, b in pairs if a is not None and b is not None and np.isfinite(a) and np.isfinite(b)]
+    mean, std, n = mean_std(diffs)
+    return mean, (std / math.sqrt(n) if n > 1 else float("nan")), n
 
 
 def seen_task_accuracy(matrix) -> np.ndarray:
