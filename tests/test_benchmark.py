@@ -331,6 +331,51 @@ def test_user_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, ar
         assert fragment in line, (fragment, line)
 
 
+def test_the_backbone_study_on_mlp_benchmarks_is_refused_in_one_line_before_tensorflow(tmp_path):
+    """python -m gcl_tf.benchmark paper --backbone-benchmarks all on MNIST benchmarks (MLP presets:
+    no ConvNet or ResNet-18 trunk to swap): one line naming them and the benchmarks allowed,
+    exit status 2, nothing written, and TensorFlow never imported (-X importtime lists every import)."""
+    import subprocess
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "gcl_tf.benchmark", "paper", "--output", str(out),
+                           "--benchmarks", "permuted_mnist,rotated_mnist", "--studies", "main,backbone",
+                           "--backbone-benchmarks", "all", "--seeds", "1", "--dry-run"],  # never trains
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    imports = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0] == (
+        "error: --backbone-benchmarks all: none of permuted_mnist, rotated_mnist has a preset on a convnet or "
+        "resnet18 trunk, the trunks the backbone study swaps (the presets use mlp); allowed: split_cifar10, "
+        "split_cifar100, split_miniimagenet, split_svhn (each also in --benchmarks)")
+    assert imports and not [line for line in imports if line.split("|")[-1].strip() in ("tensorflow", "keras")]
+    assert not out.exists()
+
+
+def test_the_backbone_study_keeps_the_benchmarks_it_applies_to(tmp_path, monkeypatch, capsys):
+    """A benchmark named for the backbone study whose presets are MLPs is refused (one line, exit
+    2); ``all`` over a selection that mixes MLP and convolutional benchmarks leaves the MLP ones
+    out with a note and plans the others'."""
+    from gcl_tf.benchmark import paper
+
+    monkeypatch.chdir(REPO)
+    forbid_training(monkeypatch)
+    line = one_line_error(capsys, lambda: paper.main(["--benchmarks", "permuted_mnist,split_cifar10", "--studies",
+                                                      "main,backbone", "--backbone-benchmarks",
+                                                      "split_cifar10,permuted_mnist", "--output",
+                                                      str(tmp_path / "out")]))
+    assert line.startswith("error: --backbone-benchmarks: permuted_mnist has no preset on a convnet or resnet18 "
+                           "trunk"), line
+    notes = []
+    runs = paper.plan(benchmarks=["permuted_mnist", "split_cifar10"], studies=["main", "backbone"], seeds=1,
+                      backbone_benchmarks=["all"], methods=["er", "gcl"], log=notes.append, method_keys=False)
+    assert {(r.benchmark, r.variant) for r in runs if r.study == "backbone"} == {
+        ("split_cifar10", "er-convnet"), ("split_cifar10", "gcl-resnet18")}
+    assert notes == ["note: the backbone study leaves out permuted_mnist: its presets use mlp, not a convnet or "
+                     "resnet18 trunk"]
+
+
 def test_plots_of_a_folder_without_runs_is_one_line(tmp_path, capsys):
     from gcl_tf.benchmark import plots
 

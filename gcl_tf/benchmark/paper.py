@@ -22,7 +22,8 @@ Studies (``--studies``):
   of --backbone-benchmarks (default split_cifar10), folders ``<method>-<trunk>``. One rule for
   every method: its preset with only ``model.backbone`` and ``model.filters`` replaced, every
   other setting (optimizer, learning rate, memory, model.hidden_size, method keys) the preset's
-  (``studies.py``). The run on the preset's own trunk is the main run.
+  (``studies.py``). The run on the preset's own trunk is the main run. A benchmark whose presets
+  use neither trunk (the MNIST ones: MLPs) is refused when named, left out (a note) by ``all``.
 """
 from __future__ import annotations
 
@@ -95,6 +96,48 @@ def _study_benchmarks(requested, study: str, selected: list[str]) -> list[str]:
     return [b for b in names if b in selected]
 
 
+def _preset_backbones(config_dir: str, benchmark: str, methods, overrides) -> set:
+    """The ``model.backbone`` of each preset of ``benchmark`` (those of ``methods`` if given),
+    with ``overrides`` applied (no method keys: before TensorFlow loads)."""
+    from gcl_tf import config as config_lib
+
+    path = os.path.join(config_dir, benchmark + ".yaml")
+    presets = preset_methods(path)
+    chosen = [m for m in (methods or presets) if m in presets]
+    return {config_lib.load_config(path, [f"method.name={m}", *overrides], False).model.backbone for m in chosen}
+
+
+def _backbone_benchmarks(config_dir: str, benchmarks, every: bool, methods, overrides, log) -> list[str]:
+    """The backbone study's benchmarks, checked: the study replaces a preset's trunk (a
+    ``layout.BACKBONES`` one: convnet, resnet18) by the other, so each benchmark needs presets on
+    one of them (an MLP benchmark, e.g. permuted_mnist, has none). A benchmark named on the
+    command line without one is a UserError; with ``all`` (``every``) such a benchmark is left out
+    with a note, and a UserError when none is left."""
+    trunks = {keys["backbone"] for _, keys in layout.BACKBONES.values()}
+    swapped = " or ".join(sorted(trunks))
+
+    def backbones_of(b):
+        try:
+            return _preset_backbones(config_dir, b, methods, overrides)
+        except UserError:  # a config that does not load: not one to suggest
+            return set()
+
+    used = {b: _preset_backbones(config_dir, b, methods, overrides) for b in benchmarks}
+    kept = [b for b in benchmarks if not used[b] or used[b] & trunks]  # no preset there: nothing planned anyway
+    left_out = [b for b in benchmarks if b not in kept]
+    if left_out and (not every or not any(used[b] for b in kept)):
+        eligible = [b for b in available_benchmarks(config_dir) if backbones_of(b) & trunks]
+        others = ", ".join(sorted(set().union(*(used[b] for b in left_out))))
+        what = f"none of {', '.join(left_out)} has a" if every else f"{left_out[0]} has no"
+        raise UserError(f"--backbone-benchmarks{' all' if every else ''}: {what} preset on a {swapped} trunk, "
+                        f"the trunks the backbone study swaps (the presets use {others}); allowed: "
+                        f"{', '.join(eligible) or 'none of the configs in ' + config_dir} (each also in --benchmarks)")
+    for b in left_out:
+        log(f"note: the backbone study leaves out {b}: its presets use {', '.join(sorted(used[b]))}, "
+            f"not a {swapped} trunk")
+    return kept
+
+
 def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones) -> tuple:
     """The command line's choices, checked: (studies, benchmarks, methods, memory sizes, trunks)."""
     from gcl_tf import methods as methods_lib
@@ -145,6 +188,10 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             log(f"note: the {study} study runs on "
                 f"{', '.join(_names(requested[study]) or PAPER_STUDY_BENCHMARKS[study])}, "
                 f"none of which is selected; pass --{study}-benchmarks NAME[,NAME] or all")
+    if study_benchmarks["backbone"]:
+        study_benchmarks["backbone"] = _backbone_benchmarks(config_dir, study_benchmarks["backbone"],
+                                                            _names(backbone_benchmarks) == ["all"], wanted_methods,
+                                                            overrides, log)
 
     runs, seen = [], {}
 
