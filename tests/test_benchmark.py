@@ -499,6 +499,45 @@ def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
         {to_rgba(styles["ewc"][0]), to_rgba(styles["derpp"][0])}
 
 
+def test_a_method_is_drawn_alike_in_every_suite():
+    """Every registered method has a fixed colour and marker (plots.METHOD_STYLES): GCL is drawn
+    the same whatever else a suite holds (few methods, the CIFAR suite's many study variants, a
+    method outside the registry), in the accuracy and timing figures (and the memory one: same styles)."""
+    from matplotlib.colors import to_rgba
+
+    from gcl_tf import methods
+    from gcl_tf.benchmark import plots
+    from gcl_tf.benchmark.layout import RunResult
+
+    assert set(plots.METHOD_STYLES) == set(methods.REGISTRY)
+    assert len({to_rgba(c) for c, _ in plots.METHOD_STYLES.values()}) == len(plots.METHOD_STYLES)
+    assert len({m for _, m in plots.METHOD_STYLES.values()}) == len(plots.METHOD_STYLES)
+    cifar = set(methods.REGISTRY) | {f"{m}-memory{k}" for m in ("er", "gcl") for k in (100, 500, 1000)} | {
+        f"{m}-{t}" for m in methods.REGISTRY for t in ("convnet", "resnet18")} | {
+        "gcl-no_graph_reg", "gcl-no_graph_reg-one_sample-deterministic"}
+    suites = [["gcl"], ["finetune", "er", "gcl"], sorted(cifar), ["gcl", "someone_elses_method"]]
+    for names in suites:
+        styles = plots.method_styles(names)
+        assert styles["gcl"] == plots.METHOD_STYLES["gcl"] == ("#d62728", "*"), names
+        assert all(styles[m] == plots.METHOD_STYLES[m] for m in names if m in methods.REGISTRY)
+        assert len({to_rgba(c) for c, _ in styles.values()}) == len(styles) == len(set(names))
+
+    def drawn_gcl(names):
+        matrix = [[90.0, 10.0], [80.0, 85.0]]
+        runs = [RunResult("b", name, 0, "", {"accuracy_matrix": matrix}) for name in names]
+        styles = plots.method_styles(names)
+        line = [line for line in plots.accuracy_tasks_figure(runs, "b", styles).axes[0].get_lines()
+                if line.get_label().startswith("GCL")][0]
+        timing = {("b", m): {"train_ms": (1.0, 0.1, 2), "test_ms": (1.0, 0.1, 2)} for m in names}
+        bars = plots.timing_figure(timing, "b", styles).axes[0].patches
+        methods_drawn = sorted(names, key=plots.method_sort_key)
+        return to_rgba(line.get_color()), line.get_marker(), bars[methods_drawn.index("gcl")].get_facecolor()
+
+    red = to_rgba("#d62728")
+    assert drawn_gcl(["gcl"]) == drawn_gcl(sorted(methods.REGISTRY)) == drawn_gcl(["er", "gcl", "x"]) == \
+        (red, "*", red)
+
+
 # ----------------------------------------------------------------------------- backbone study
 CIFAR = os.path.join(REPO, "configs")
 TRUNK_KEYS = {"convnet": {"backbone": "convnet", "filters": 64}, "resnet18": {"backbone": "resnet18", "filters": 20}}
