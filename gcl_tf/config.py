@@ -26,7 +26,7 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from gcl_tf import methods
-from gcl_tf.data.config import BenchmarkConfig
+from gcl_tf.data.config import BenchmarkConfig, settle_color_mode
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import declared
 from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, did_you_mean, value_range
@@ -210,6 +210,7 @@ def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     config = build_dataclass(Config, sections, "")
     config.method = MethodConfig(name=name)
     _check_consistency(config)
+    config.benchmark.color_mode = settle_color_mode(config.benchmark)  # null: the folder's images' own
     if not method_keys:
         _check_method_key_names(name, method_section, "method")
         for preset_name, preset in presets.items():

@@ -214,7 +214,8 @@ def test_folder_source_classes_in_sorted_name_order(tmp_path, make_config):
             # Same images (PNG is lossless), whatever the order inside the class.
             assert sorted(a.tobytes() for a in got) == sorted(a.tobytes() for a in expected)
 
-    rgb = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"), "image_size": 4}})
+    rgb = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "imgs"), "image_size": 4,
+                                     "color_mode": "rgb"}})
     train = make_source(rgb.benchmark).load("train")
     assert train.images.shape == (9, 4, 4, 3)
 
@@ -265,6 +266,52 @@ def test_a_folder_source_is_listed_by_one_function(tmp_path, make_config, monkey
     assert source.load("train").images.shape == (4, 7, 5, 1)
     assert sorted(files.folder_colours(str(tmp_path / "imgs"))) == ["grayscale"]
     assert {os.path.basename(folder) for folder in listed} == {"train", "test"}
+
+
+def test_folder_source_takes_the_images_colour_mode_unless_color_mode_is_given(tmp_path, make_config):
+    """benchmark.color_mode null (the default) reads a folder's images as to-npz does: grayscale
+    PNGs [N, H, W, 1] (the config records grayscale, as a run's config.yaml), colour PNGs rgb, a
+    mix one line naming benchmark.color_mode; an explicit value wins; other sources keep rgb
+    (what configs saved before the default hold)."""
+    from PIL import Image
+
+    from gcl_tf.config import precheck
+    from gcl_tf.data.__main__ import to_npz
+
+    written = write_png_folder(tmp_path / "gray", {"b": 2, "a": 1}, size=(6, 4))  # mode L PNGs
+    with Image.open(tmp_path / "gray" / "train" / "a" / "000.png") as image:
+        assert image.mode == "L"
+    gray = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "gray")}})
+    assert gray.benchmark.color_mode == "grayscale"
+    _, train, test = load_both(gray)
+    assert train.images.shape == (3, 6, 4, 1) and test.images.shape == (6, 6, 4, 1)
+    np.testing.assert_array_equal(train.images[..., 0], np.stack(written["train"]["a"] + written["train"]["b"]))
+    to_npz("folder", str(tmp_path / "gray"), str(tmp_path / "gray.npz"))  # to-npz decides alike
+    with np.load(tmp_path / "gray.npz") as archive:
+        np.testing.assert_array_equal(archive["x_train"], train.images)
+
+    explicit = make_config({"benchmark": {"source": "folder", "path": str(tmp_path / "gray"), "color_mode": "rgb"}})
+    assert explicit.benchmark.color_mode == "rgb"
+    assert make_source(explicit.benchmark).load("train").images.shape == (3, 6, 4, 3)
+
+    colour = tmp_path / "colour"
+    for split in ("train", "test"):
+        (colour / split / "a").mkdir(parents=True)
+        Image.fromarray(np.full((6, 4, 3), 9, np.uint8)).save(colour / split / "a" / "0.png")
+        (colour / split / "b").mkdir()
+        Image.fromarray(np.full((6, 4, 3), 200, np.uint8)).save(colour / split / "b" / "0.png")
+    rgb = make_config({"benchmark": {"source": "folder", "path": str(colour)}})
+    assert rgb.benchmark.color_mode == "rgb" and make_source(rgb.benchmark).load("test").images.shape == (2, 6, 4, 3)
+
+    Image.fromarray(np.full((6, 4, 3), 9, np.uint8)).save(tmp_path / "gray" / "test" / "b" / "zz.png")
+    config = tmp_path / "mix.yaml"
+    config.write_text(f"benchmark: {{source: folder, path: {str(tmp_path / 'gray')!r}}}\n")
+    message = one_line_data_error(lambda: precheck(str(config)))  # before TensorFlow: exit 2 at the CLI
+    first_gray, first_colour = str(tmp_path / "gray" / "train" / "a" / "000.png"), str(tmp_path / "gray/test/b/zz.png")
+    assert message == (f"benchmark.path: the images mix grayscale ({first_gray!r}) and colour ({first_colour!r}); "
+                       "allowed: benchmark.color_mode: grayscale or rgb to convert every image to one")
+    assert precheck(str(config), ["benchmark.color_mode=grayscale"]).benchmark.color_mode == "grayscale"
+    assert make_config({"benchmark": {"source": "digits"}}).benchmark.color_mode == "rgb"
 
 
 def test_folder_source_errors(tmp_path, make_config):

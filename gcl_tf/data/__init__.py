@@ -27,14 +27,15 @@ def __getattr__(name):
 
 
 def load(name: str, source: Optional[str] = None, path: Optional[str] = None, num_classes: Optional[int] = None,
-         image_size: Optional[int] = None, color_mode: str = "rgb") -> Source:
+         image_size: Optional[int] = None, color_mode: Optional[str] = None) -> Source:
     """A dataset's train and test splits (read when first used), as uint8 images and int labels.
 
     ``source``: ``tfds`` (``name`` a TFDS name; ``path`` its optional data_dir), ``idx`` (``path``
     a folder of MNIST-format files), ``npz`` (``path`` a Keras-style .npz), ``folder`` (``path``
     a root with train/<class>/ and test/<class>/ images) or ``digits`` (scikit-learn's 8x8
     digits); default: ``digits`` for the name ``"digits"``, else ``tfds``. ``num_classes``: None
-    infers it; ``image_size`` and ``color_mode``: the folder source's resizing and colours.
+    infers it; ``image_size`` and ``color_mode``: the folder source's resizing and colours
+    (``color_mode`` None: the images' own, grayscale when every image has one channel).
     """
     from gcl_tf.data.config import BenchmarkConfig
     from gcl_tf.data.sources import make_source

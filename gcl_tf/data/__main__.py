@@ -32,16 +32,12 @@ PROG = "python -m gcl_tf.data"
 
 
 def folder_color_mode(path: str) -> str:
-    """The colour mode of a folder of images when none is given: ``grayscale`` when every image
-    has one channel (MNIST-like PNGs stay ``[N, H, W, 1]``), ``rgb`` when every image has colour; a
-    mix is a UserError naming one image of each kind and ``--color-mode``."""
-    from gcl_tf.data.files import folder_colours
+    """The colour mode of a folder of images when none is given (as the folder source's
+    ``benchmark.color_mode: null``: gcl_tf.data.files.folder_color_mode), a mix named in the
+    command line's words."""
+    from gcl_tf.data.files import folder_color_mode as detect
 
-    kinds = folder_colours(path)
-    if len(kinds) == 2:
-        raise UserError(f"--path: the images mix grayscale ({kinds['grayscale']!r}) and colour ({kinds['rgb']!r}); "
-                        "allowed: --color-mode grayscale or --color-mode rgb to convert every image to one")
-    return next(iter(kinds), "rgb")
+    return detect(path, "--path", "--color-mode grayscale or --color-mode rgb")
 
 
 def to_npz(source: str, path, output: str, dataset: str = "data", image_size=None, color_mode: str | None = None,

@@ -42,8 +42,29 @@ class BenchmarkConfig:
     max_rotation: float = field(default=180.0, metadata=value_range(0.0, 360.0, lo_open=True))
     # Resize images to image_size x image_size (folder source; null keeps the native size).
     image_size: Optional[int] = field(default=None, metadata=value_range(1))
-    color_mode: Literal["rgb", "grayscale"] = "rgb"
+    # The folder source's colours: rgb (3 channels) or grayscale (1); null: the images' own, as
+    # ``python -m gcl_tf.data to-npz`` decides (grayscale when every image has one channel, rgb when
+    # every one has colour, a mix an error), settled when the config is read (settle_color_mode).
+    color_mode: Optional[Literal["rgb", "grayscale"]] = None
     # Training-time augmentation, applied to the stream before the model (so a memory stores the
     # augmented copy), never at test time. flip: a random horizontal flip of each training image
     # (the paper's Split CIFAR10 / SVHN / CIFAR100 / MiniImageNet loaders); none: as read.
     augment: Literal["none", "flip"] = "none"
+
+
+def settle_color_mode(benchmark: BenchmarkConfig) -> Optional[str]:
+    """``benchmark.color_mode`` as the data will be read (what a run's saved config records): as
+    given; null: for the folder source its images' own (gcl_tf.data.files.folder_color_mode; null
+    while its folder does not exist, which the run reports), ``rgb`` for the other sources, which
+    do not read it (the value configs saved before null was allowed hold)."""
+    import os
+
+    if benchmark.color_mode is not None:
+        return benchmark.color_mode
+    if benchmark.source != "folder":
+        return "rgb"
+    if not benchmark.path or not os.path.isdir(benchmark.path):
+        return None
+    from gcl_tf.data.files import folder_color_mode
+
+    return folder_color_mode(benchmark.path)

@@ -2,6 +2,7 @@
 files), ``npz`` (a Keras-style .npz) and ``folder`` (an image folder per class)."""
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import re
@@ -163,6 +164,35 @@ def folder_colours(path: str) -> dict[str, str]:
     return first
 
 
+def folder_color_mode(path: str, path_key: str = "benchmark.path",
+                      mode_choices: str = "benchmark.color_mode: grayscale or rgb") -> str:
+    """The colour mode of a folder source's images when none is given: ``grayscale`` when every
+    image has one channel (MNIST-like PNGs stay ``[N, H, W, 1]``), ``rgb`` when every image has
+    colour (and for a folder without images); a mix is a DataError naming one image of each kind
+    and the setting that converts them all (``path_key``, ``mode_choices``: its words for the
+    path and that setting: the config's, or to-npz's --path and --color-mode). Read once per
+    folder state (headers only): a folder whose class folders change is read again."""
+    kinds = _folder_colours_cached(os.path.abspath(path), _folder_state(path))
+    if len(kinds) == 2:
+        raise DataError(f"{path_key}: the images mix grayscale ({kinds['grayscale']!r}) and colour "
+                        f"({kinds['rgb']!r}); allowed: {mode_choices} to convert every image to one")
+    return next(iter(kinds), "rgb")
+
+
+def _folder_state(path: str) -> tuple:
+    """The modification times of a folder source's split and class folders (a file added,
+    removed or renamed changes its folder's)."""
+    folders = [os.path.join(path, split) for split in ("train", "test")]
+    folders = [f for f in folders if os.path.isdir(f)]
+    folders += [os.path.join(root, name) for root in folders for name in class_images(root)]
+    return tuple(os.stat(f).st_mtime_ns for f in folders)
+
+
+@functools.lru_cache(maxsize=16)
+def _folder_colours_cached(path: str, state: tuple) -> dict:
+    return folder_colours(path)
+
+
 def first_undecodable(files) -> tuple[str, str] | None:
     """The first of ``files`` that PIL cannot decode whole, with why; None if all decode."""
     from PIL import Image
@@ -251,7 +281,7 @@ class FolderSource(Source):
                 labels="inferred",
                 label_mode="int",
                 class_names=classes,
-                color_mode=self.config.color_mode,
+                color_mode=self.config.color_mode or folder_color_mode(self.config.path),
                 batch_size=256,
                 image_size=size,
                 shuffle=False,
