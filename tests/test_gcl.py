@@ -12,6 +12,7 @@ import tensorflow_probability as tfp
 from gcl_tf import config as config_lib
 from gcl_tf import methods, salts
 from gcl_tf.methods import gcl
+from gcl_tf.methods.gcl import graph as gcl_graph
 
 tfd = tfp.distributions
 
@@ -56,6 +57,27 @@ def test_kernel_and_logit_of_exp_match_float64_numpy():
     got_logits = gcl.edge_logits(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
     np.testing.assert_allclose(got_log_k.numpy(), log_k, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_logits.numpy(), expected_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_normalize_embeddings_puts_rows_on_the_unit_sphere_by_hand():
+    """method.kernel: normalized: u / ||u|| (3-4-5: (0.6, 0.8)); an all-zero row stays 0 with
+    finite gradients; the kernel on the sphere: ||(0.6, 0.8) - (1, 0)||^2 = 0.16 + 0.64 = 0.8
+    = 2 - 2 cos (cos 0.6), so log k = -0.5 * 0.8 / exp(s) = -0.4 / 0.5 at width 0.5."""
+    u = tf.constant([[3.0, 4.0], [0.0, 0.0], [10.0, 0.0]])
+    with tf.GradientTape() as tape:
+        tape.watch(u)
+        unit = gcl_graph.normalize_embeddings(u)
+        loss = tf.reduce_sum(unit * tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]))
+    np.testing.assert_allclose(unit.numpy(), [[0.6, 0.8], [0.0, 0.0], [1.0, 0.0]], rtol=1e-6)
+    grad = tape.gradient(loss, u).numpy()
+    assert np.all(np.isfinite(grad))
+    # d(u/|u|)/du = (I - n n^T) / |u|: for (3, 4) and weights (1, 2): ((1, 2) - 2.2 (0.6, 0.8)) / 5
+    np.testing.assert_allclose(grad[0], [(1 - 2.2 * 0.6) / 5, (2 - 2.2 * 0.8) / 5], rtol=1e-5)
+    np.testing.assert_allclose(grad[2], [0.0, 0.6], rtol=1e-5, atol=1e-7)  # (5, 6) minus its radial part, / 10
+    log_k = gcl.rbf_log_kernel(unit[:1], unit[2:], tf.constant(math.log(0.5))).numpy()
+    np.testing.assert_allclose(log_k, [[-0.4 / 0.5]], rtol=1e-5)
+    # scaling a row leaves it unchanged: the kernel does not see the trunk's scale
+    np.testing.assert_allclose(gcl_graph.normalize_embeddings(1000.0 * u).numpy(), unit.numpy(), rtol=1e-6)
 
 
 def test_logit_of_exp_is_stable_at_both_ends():
@@ -315,7 +337,8 @@ def test_gradients_reach_every_trainable_variable():
     assert float(out["graph_loss"]) > 0  # the regulariser is active in this state
 
 
-@pytest.mark.parametrize("options", [{}, {"edge_memory": "embeddings", "context_batch": 12}])
+@pytest.mark.parametrize("options", [{}, {"edge_memory": "embeddings", "context_batch": 12},
+                                     {"kernel": "normalized", "kernel_width": "median"}])
 @pytest.mark.slow
 def test_train_step_does_not_retrace_across_steps_and_tasks(options):
     model = make_model(**options)
@@ -879,6 +902,48 @@ def test_median_kernel_width_is_set_once_from_the_contexts_median_squared_distan
         np.testing.assert_allclose(np.exp(set_to), median, rtol=1e-4)
     model.fit(stream.skip(2).take(2), verbose=0)  # two more Adam steps of lr 1e-3 on s, not a reset
     assert 0 < abs(model.kernel_log_scale.numpy() - set_to) <= 2.1e-3
+
+
+@pytest.mark.parametrize("edge_memory", ["matrix", "embeddings"])
+def test_the_normalized_kernel_compares_unit_embeddings_whatever_their_scale(edge_memory, tmp_path):
+    """kernel: normalized: every edge embedding the step, the memory and prediction use has norm 1,
+    the median width is set from their squared distances (in [0, 4]), and the test-time edges do
+    not change when the edge head's output is scaled (with kernel: rbf they do). It is a saved
+    keyword: a loaded learner keeps it and predicts the same."""
+    import gcl_tf
+
+    model, stream = _small_gcl(kernel="normalized", edge_memory=edge_memory)
+    assert gcl.Config().kernel == "rbf"  # the paper's kernel stays the default
+    model.fit(stream, verbose=0)
+    x = next(iter(stream))[0]
+    u, _ = model.embed(x, training=False)
+    np.testing.assert_allclose(np.linalg.norm(u.numpy(), axis=1), 1.0, rtol=1e-5)
+    u_step, _ = model.embed_step(model.memory.images[:20], x)
+    np.testing.assert_allclose(np.linalg.norm(u_step.numpy(), axis=1), 1.0, rtol=1e-5)
+    if edge_memory == "embeddings":
+        np.testing.assert_allclose(np.linalg.norm(model.memory.edge_embeddings.numpy(), axis=1), 1.0, rtol=1e-5)
+    # the width was set from a median squared distance on the sphere: 0 < d2 <= 4
+    assert bool(model.kernel_width_set.numpy())
+    width = float(np.exp(model.kernel_log_scale.numpy()))
+    assert 0 < width <= 4.0 / (-2 * math.log(0.1)) * 1.01
+    logits = model.test_graphs(x, samples=1, seed=(1, 2))[0].numpy()
+    path = str(tmp_path / "learner.keras")
+    model.save(path)
+    loaded = gcl_tf.load_model(path)
+    assert loaded.kernel_type == "normalized" and loaded.get_config()["kernel"] == "normalized"
+    np.testing.assert_array_equal(loaded.test_graphs(x, samples=1, seed=(1, 2))[0].numpy(), logits)
+    for scaled, kernel in ((model, "normalized"), (_small_gcl()[0], "rbf")):
+        if kernel == "rbf":
+            scaled.fit(stream, verbose=0)
+        before = scaled.test_graphs(x, samples=1, seed=(1, 2))[0].numpy()
+        head = scaled.edge_head
+        head.kernel.assign(head.kernel * 10.0)
+        head.bias.assign(head.bias * 10.0)
+        after = scaled.test_graphs(x, samples=1, seed=(1, 2))[0].numpy()
+        if kernel == "normalized":
+            np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-4)
+        else:
+            assert np.max(np.abs(after - before)) > 1.0
 
 
 def test_neighbourhoods_tell_rows_that_reach_nothing_from_rows_that_reach_everything_alike():

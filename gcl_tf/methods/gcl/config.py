@@ -21,6 +21,11 @@ class Config(MemoryMethodConfig):
     # nats) is below this value; until then its stored edges follow the current ones.
     # null: the paper (every context whose loss rose above its best is held).
     regularize_below: Optional[float] = field(default=1.0, metadata=value_range(0.0, lo_open=True))
+    # What the RBF kernel compares (our extension, docs/gcl.md): rbf: the edge embeddings u as the
+    # edge head gives them (the paper; their scale, and so the width that separates them, depends on
+    # the trunk and drifts while it learns); normalized: u / ||u||, whose squared distances
+    # 2 - 2 cos lie in [0, 4] with every trunk (kernel_width and the median start then apply to them).
+    kernel: Literal["rbf", "normalized"] = "rbf"
     # The RBF kernel's initial width w = exp(s) in log k = -0.5 ||u_i - u_j||^2 / w (s is learned;
     # our extension, docs/gcl.md). The trunks differ in scale (an MLP's edge embeddings start ~10
     # apart, the ConvNet's ~200), so no constant width serves them all:

@@ -41,6 +41,17 @@ def median_kernel_width(median, edge):
     return median / (-2.0 * math.log(edge))
 
 
+NORM_EPS = 1e-12  # guards the L2 normalisation of an all-zero embedding (it stays 0)
+
+
+def normalize_embeddings(u):
+    """The edge embeddings on the unit sphere, ``u_i / ||u_i||``  [N, H] (``method.kernel:
+    normalized``): their squared distances are ``2 - 2 cos(u_i, u_j)``, in [0, 4] whatever the
+    trunk's scale, so the kernel's width means the same with every trunk and stays meaningful
+    while the trunk's embeddings grow. An all-zero row stays 0 (its norm is guarded by NORM_EPS)."""
+    return u * tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(u), axis=1, keepdims=True), NORM_EPS))
+
+
 NO_EDGE_MASS = 1e-6  # a row whose edge probabilities sum below this reaches (almost) nothing
 
 

@@ -38,6 +38,7 @@ from gcl_tf.methods.gcl.graph import (
     logit_of_exp,
     median_kernel_width,
     median_squared_distance,
+    normalize_embeddings,
     normalize_rows,
     regularized_contexts,
     replaced_source_index,
@@ -66,7 +67,7 @@ class GCL(Prediction, ContinualModel):
                  "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]}
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
-                 graph_lambda=50.0, regularize_below=1.0, kernel_width="median", kernel_start_edge=0.1,
+                 graph_lambda=50.0, regularize_below=1.0, kernel="rbf", kernel_width="median", kernel_start_edge=0.1,
                  context_temperature=1.0,
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
                  stochastic_graphs=True, edge_memory="matrix", context_batch=None, regularize_self_pairs=True,
@@ -99,6 +100,9 @@ class GCL(Prediction, ContinualModel):
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
         # authors'; median: sqrt(H) until the first step with contexts sets it from the median
         # squared distance, :func:`median_kernel_width`).
+        if kernel not in ("rbf", "normalized"):
+            raise ValueError(f"kernel: {kernel!r} is not allowed; allowed: 'rbf', 'normalized'")
+        self.kernel_type = kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
         self.width_from_median = kernel_width == "median"
         self.kernel_start_edge = float(kernel_start_edge)
         width = math.sqrt(hidden) if kernel_width is None or self.width_from_median else float(kernel_width)
@@ -126,7 +130,7 @@ class GCL(Prediction, ContinualModel):
         """Trunk + heads: (u edge embeddings [N, H], l latent embeddings [N, H]), in float32 (the
         layers compute under train.mixed_precision's policy; the graph math takes float32)."""
         features = self.trunk(images, training=training)
-        return float32(self.edge_head(features)), float32(self.latent_head(features))
+        return self.edge_embeddings(features), float32(self.latent_head(features))
 
     def embed_step(self, context_images, x):
         """:meth:`embed` (training mode) of the contexts then the targets   [k + T, H] each.
@@ -139,7 +143,13 @@ class GCL(Prediction, ContinualModel):
             features = tf.concat([self.trunk(context_images, training=True), self.trunk(x, training=True)], axis=0)
         else:
             features = self.trunk(tf.concat([context_images, x], axis=0), training=True)
-        return float32(self.edge_head(features)), float32(self.latent_head(features))
+        return self.edge_embeddings(features), float32(self.latent_head(features))
+
+    def edge_embeddings(self, features):
+        """The edge head's embeddings u the kernel compares   [N, H] (float32): as the head gives
+        them (``kernel: rbf``, the paper) or on the unit sphere (``kernel: normalized``)."""
+        u = float32(self.edge_head(features))
+        return normalize_embeddings(u) if self.kernel_type == "normalized" else u
 
     def context_values(self, latents, labels, valid):
         """What the graphs aggregate: ``[l, one_hot(y), 1]`` of each context, 0 for invalid
