@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 M, T, D, H, K = 1000, 10, 784, 256, 10
 N = M + T
@@ -59,14 +58,9 @@ def child(framework: str, repeats: int) -> None:
 
 
 def timed(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    from gcl_tf.benchmark.timing import median_seconds  # numpy only: no TensorFlow in PyTorch's process
+
+    return median_seconds(fn, repeats, warmup=3)
 
 
 def main() -> None:
