@@ -49,7 +49,7 @@ def normalize_embeddings(u):
     normalized``): their squared distances are ``2 - 2 cos(u_i, u_j)``, in [0, 4] whatever the
     trunk's scale, so the kernel's width means the same with every trunk and stays meaningful
     while the trunk's embeddings grow. An all-zero row stays 0 (its norm is guarded by NORM_EPS)."""
-    return u * tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(u), axis=1, keepdims=True), NORM_EPS))
+    return tf.math.l2_normalize(u, axis=1, epsilon=NORM_EPS)  # u * rsqrt(max(|u|^2, eps))
 
 
 NO_EDGE_MASS = 1e-6  # a row whose edge probabilities sum below this reaches (almost) nothing
