@@ -175,7 +175,7 @@ def test_results_folder_is_git_ignored():
 def test_docs_results_tracks_results_not_run_artifacts():
     """A clone carries results (results.json, configs, tables, figures), not what a run leaves
     behind: no TensorBoard events, checkpoints, learners or artifacts.npz are tracked under
-    docs/results, .gitignore keeps a suite from adding them back, and the folder stays small."""
+    docs/results, .gitignore keeps a suite from adding them back, no file is big and the folder stays small."""
     if shutil.which("git") is None or not os.path.exists(os.path.join(REPO, ".git")):
         pytest.skip("not a git checkout")
     tracked = subprocess.run(["git", "ls-files", "-z", "docs/results"], cwd=REPO, capture_output=True,
@@ -183,9 +183,12 @@ def test_docs_results_tracks_results_not_run_artifacts():
     tracked = [path for path in tracked if path]
     artifacts = re.compile(r"(events\.out\.tfevents|/checkpoints/|learner\.keras|artifacts\.npz|gcl_tf\.lock)")
     assert [path for path in tracked if artifacts.search(path)] == []
-    size = sum(os.path.getsize(os.path.join(REPO, path)) for path in tracked
-               if os.path.exists(os.path.join(REPO, path)))
-    assert size < 10_000_000, f"tracked docs/results holds {size / 1e6:.1f} MB"
+    sizes = {path: os.path.getsize(os.path.join(REPO, path)) for path in tracked
+             if os.path.exists(os.path.join(REPO, path))}
+    # Results are small files (a run's results.json ~15 KB, a figure ~200 KB); a big one is an artifact
+    # under another name. The whole grows by ~0.4 MB a 24-trial search and ~1.5 MB a 100-run suite.
+    assert [path for path, size in sizes.items() if size > 1_000_000] == []
+    assert sum(sizes.values()) < 25_000_000, f"tracked docs/results holds {sum(sizes.values()) / 1e6:.1f} MB"
     run = "docs/results/split_cifar10/runs/split_cifar10/gcl/seed0"
     for made in ("events.out.tfevents.1.vm.1.0.v2", "tensorboard/train/events.out.tfevents.1.vm.1.0.v2",
                  "checkpoints/ckpt-100.index", "learner.keras", "artifacts.npz", "gcl_tf.lock"):

@@ -17,3 +17,5 @@ for bench in permuted rotated; do
     done
   done
 done
+# The rows of docs/gcl.md#the-searched-values-as-presets ran this at commit 27c45d6, before the presets
+# changed: at a later commit it runs the presets of the day (each run's config.yaml says which).
