@@ -15,7 +15,8 @@ SEARCH = os.path.dirname(HERE)
 
 for bench in ("permuted", "rotated"):
     for method in ("gcl", "er"):
-        accs = [json.load(open(f))["acc"] for f in sorted(glob.glob(f"{HERE}/{bench}-{method}-preset-seed*/results.json"))]
+        runs = sorted(glob.glob(f"{HERE}/{bench}-{method}-preset-seed*/results.json"))
+        accs = [json.load(open(f))["acc"] for f in runs]
         best_file = f"{SEARCH}/{bench}-mnist-{method}/best.json"
         best = json.load(open(best_file))["val_acc"] if os.path.exists(best_file) else float("nan")
         if not accs:
