@@ -317,6 +317,10 @@ def test_a_key_added_since_a_run_finished_keeps_it_finished(tmp_path, monkeypatc
     (["--benchmarks", "split_cifar10", "--methods", "gcll"], ["--methods", "gcll", "allowed"]),
     (["--benchmarks", "split_cifar10", "--studies", "main,backbone", "--backbones", "convnet,vgg"],
      ["--backbones: unknown trunk 'vgg'; allowed: convnet, resnet18"]),
+    (["--benchmarks", "split_cifar10", "--studies", "graph_lambda", "--graph-lambdas", "0,-5"],
+     ["--graph-lambdas: '-5' is not allowed; allowed: numbers 0 or more"]),
+    (["--benchmarks", "split_cifar10", "--studies", "graph_lambda", "--graph-lambdas", "5,lots"],
+     ["--graph-lambdas: 'lots' is not allowed"]),
     (["--benchmarks", "split_cifar10", "--set", "train.lr=1"], ["train.lr", "learning_rate"]),
     (["--benchmarks", "split_miniimagenet", "--seeds", "1"],
      ["split_miniimagenet", "benchmark.path", "/path/to/miniimagenet", "does not exist"]),
@@ -704,3 +708,118 @@ def test_no_backbone_table_without_a_backbone_variant(tmp_path):
     fake_backbone_suite(output, {("gcl", 0): 50.0, ("er", 0): 25.0})
     written = tables.write_tables(output, layout.collect(output))
     assert not any(os.path.basename(path).startswith("backbone") for path in written)
+
+
+# ----------------------------------------------------------------------------- graph_lambda study
+def test_graph_lambda_study_runs_gcl_at_each_value_sharing_the_main_and_ablation_runs():
+    """GCL's preset with only method.graph_lambda changed, one folder per value; the preset's own
+    value (50 on Split CIFAR10) is the main run and 0 the ablation's no-regularisation run (the
+    same overrides, planned once whichever study asks first)."""
+    from gcl_tf.benchmark import paper
+
+    runs = paper.plan(CIFAR, ["split_cifar10"], ["gcl"], 2, ["main,ablation,graph_lambda"],
+                      graph_lambdas=["0,5", "50,500"], log=lambda text: None)
+    by_key = {(r.variant, r.seed): r for r in runs}
+    assert len(by_key) == len(runs) == 10
+    assert [(r.variant, r.study) for r in runs if r.seed == 0] == [
+        ("gcl", "main"), ("gcl-no_graph_reg", "ablation"), ("gcl-no_graph_reg-one_sample-deterministic", "ablation"),
+        ("gcl-graph_lambda5", "graph_lambda"), ("gcl-graph_lambda500", "graph_lambda")]
+    for seed in range(2):
+        preset = by_key[("gcl", seed)].config.to_dict()
+        assert preset["method"]["graph_lambda"] == 50.0
+        for variant, value in (("gcl-graph_lambda5", 5.0), ("gcl-graph_lambda500", 500.0)):
+            run = by_key[(variant, seed)]
+            assert run.overrides == ["method.name=gcl", f"method.graph_lambda={value!r}", f"seed={seed}"]
+            config = run.config.to_dict()
+            assert config["method"].pop("graph_lambda") == value
+            preset_rest = json.loads(json.dumps(preset))
+            preset_rest["method"].pop("graph_lambda")
+            assert config == preset_rest  # nothing else changed
+    # Alone, the study plans the main and no-regularisation runs itself, with the ablation's overrides.
+    alone = paper.plan(CIFAR, ["split_cifar10"], ["gcl"], 1, ["graph_lambda"], graph_lambdas=["0,50,1000"],
+                       log=lambda text: None)
+    assert [(r.variant, r.study) for r in alone] == [("gcl-no_graph_reg", "graph_lambda"), ("gcl", "graph_lambda"),
+                                                     ("gcl-graph_lambda1000", "graph_lambda")]  # in the values' order
+    assert alone[0].overrides == by_key[("gcl-no_graph_reg", 0)].overrides
+    # The default values are the appendix's grid; the study is not among the default studies.
+    args = paper.build_parser().parse_args(["--output", "x"])
+    assert args.graph_lambdas == ["0,10,50,100,1000"] and "graph_lambda" not in args.studies[0]
+
+
+def fake_graph_lambda_suite(output, acc) -> None:
+    """results.json files as ``paper --studies main,ablation,graph_lambda`` writes them (the planned
+    configs), ACC from ``acc[(variant, seed)]`` (FGT = 100 - ACC / 2); runs not in ``acc`` are
+    not finished. The ablation's deterministic run (graph_lambda 0 too) is always finished: the
+    table must leave it out."""
+    from gcl_tf.benchmark import layout, paper
+    from gcl_tf.io import write_json_atomic
+
+    runs = paper.plan(CIFAR, ["split_cifar10"], ["gcl"], 3, ["main,ablation,graph_lambda"],
+                      graph_lambdas=["0,5,50,500"], log=lambda text: None)
+    for run in runs:
+        deterministic = run.variant.endswith("deterministic")
+        if (run.variant, run.seed) not in acc and not deterministic:
+            continue
+        value = 5.0 if deterministic else acc[(run.variant, run.seed)]
+        write_json_atomic(os.path.join(layout.run_dir(output, run.benchmark, run.variant, run.seed), "results.json"),
+                          {"method": run.method, "seed": run.seed, "config": run.config.to_dict(), "acc": value,
+                           "fgt": 100.0 - value / 2, "bwt": -1.0, "accuracy_matrix": [[90.0, 0.0], [50.0, value]],
+                           "train_seconds": 10.0, "eval_seconds": 1.0, "train_samples": 100, "eval_samples": 10})
+
+
+def test_graph_lambda_table_and_figure_hold_every_value_with_its_paired_change(tmp_path):
+    """tables/graph_lambda.md and .csv: one row per graph_lambda (0 from the ablation's run, the
+    preset's from the main run, not the deterministic ablation run), ACC and FGT mean ± std (n) as
+    numpy computes them, and the change against the preset paired by seed (mean ± s.e. over the
+    seeds both ran); the figure is drawn."""
+    from gcl_tf.benchmark import plots
+
+    output = str(tmp_path / "suite")
+    acc = {("gcl", 0): 50.0, ("gcl", 1): 47.0, ("gcl", 2): 48.0,
+           ("gcl-no_graph_reg", 0): 49.0, ("gcl-no_graph_reg", 1): 44.0, ("gcl-no_graph_reg", 2): 45.5,
+           ("gcl-graph_lambda5", 0): 46.0, ("gcl-graph_lambda500", 0): 30.0, ("gcl-graph_lambda500", 2): 33.0}
+    fake_graph_lambda_suite(output, acc)
+    assert plots.main([output]) == 0
+    rows = {float(row["graph_lambda"]): row for row in read_csv(os.path.join(output, "tables", "graph_lambda.csv"))}
+    variants = {0.0: "gcl-no_graph_reg", 5.0: "gcl-graph_lambda5", 50.0: "gcl", 500.0: "gcl-graph_lambda500"}
+    assert set(rows) == set(variants)
+    for lam, variant in variants.items():
+        seeds = sorted(seed for (name, seed) in acc if name == variant)
+        values = np.array([acc[(variant, seed)] for seed in seeds])
+        row = rows[lam]
+        assert row["variant"] == variant and int(row["seeds"]) == len(values)
+        assert float(row["acc_mean"]) == pytest.approx(values.mean(), abs=1e-9)
+        assert float(row["fgt_mean"]) == pytest.approx(100 - values.mean() / 2, abs=1e-9)
+        if variant == "gcl":
+            assert row["acc_change_mean"] == row["paired_seeds"] == ""
+            continue
+        diffs = values - np.array([acc[("gcl", seed)] for seed in seeds])
+        assert int(row["paired_seeds"]) == len(diffs)
+        assert float(row["acc_change_mean"]) == pytest.approx(diffs.mean(), abs=1e-9)
+        assert float(row["fgt_change_mean"]) == pytest.approx(-diffs.mean() / 2, abs=1e-9)
+        if len(diffs) > 1:
+            assert float(row["acc_change_se"]) == pytest.approx(diffs.std(ddof=1) / np.sqrt(len(diffs)), abs=1e-9)
+        else:
+            assert row["acc_change_se"] == ""
+    markdown = open(os.path.join(output, "tables", "graph_lambda.md"), encoding="utf-8").read()
+    diffs = np.array([49.0 - 50.0, 44.0 - 47.0, 45.5 - 48.0])
+    assert (f"| 0 | `gcl-no_graph_reg` | {np.mean([49.0, 44.0, 45.5]):.2f} ± {np.std([49.0, 44.0, 45.5], ddof=1):.2f} "
+            f"(n=3) |") in markdown
+    assert f"| {diffs.mean():+.2f} ± {diffs.std(ddof=1) / np.sqrt(3):.2f} (s.e., 3 seeds) |" in markdown
+    assert "| 50 (preset) | `gcl` |" in markdown and "| 5 | `gcl-graph_lambda5` | 46.00 (n=1) |" in markdown
+    figure = os.path.join(output, "figures", "graph_lambda_split_cifar10.png")
+    with open(figure, "rb") as handle:
+        assert handle.read(8) == PNG_MAGIC
+    index = open(os.path.join(output, "README.md"), encoding="utf-8").read()
+    assert "tables/graph_lambda.csv" in index and "figures/graph_lambda_split_cifar10.png" in index
+
+
+def test_no_graph_lambda_table_from_the_ablation_alone(tmp_path):
+    """The main and no-regularisation runs alone (an ablation suite) make no graph_lambda table."""
+    from gcl_tf.benchmark import layout, tables
+
+    output = str(tmp_path / "suite")
+    fake_graph_lambda_suite(output, {("gcl", 0): 50.0, ("gcl-no_graph_reg", 0): 45.0})
+    written = tables.write_tables(output, layout.collect(output))
+    assert not any(os.path.basename(path).startswith("graph_lambda") for path in written)
+    assert any(os.path.basename(path) == "ablation.md" for path in written)

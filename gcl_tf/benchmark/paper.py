@@ -23,7 +23,12 @@ Studies (``--studies``):
   every method: its preset with only ``model.backbone`` and ``model.filters`` replaced, every
   other setting (optimizer, learning rate, memory, model.hidden_size, method keys) the preset's
   (``studies.py``). The run on the preset's own trunk is the main run. A benchmark whose presets
-  use neither trunk (the MNIST ones: MLPs) is refused when named, left out (a note) by ``all``.
+  use neither trunk (the MNIST ones: MLPs) is refused when named, left out (a note) by ``all``;
+- ``graph_lambda`` (the paper's figure of λ_G; not in the default studies): GCL at each
+  graph_lambda of --graph-lambdas (default 0 10 50 100 1000, the appendix's grid), on the
+  benchmarks of --graph-lambda-benchmarks (default split_cifar10), folders
+  ``gcl-graph_lambda<value>``; the preset's value is the main run and 0 the ablation's
+  ``gcl-no_graph_reg`` run (one run serves both studies).
 """
 from __future__ import annotations
 
@@ -45,10 +50,12 @@ from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS, unfinished_run
 
 PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
                     "split_miniimagenet")
-STUDIES = ("main", "ablation", "memory", "backbone")
-DEFAULT_STUDIES = ("main", "ablation", "memory")  # the paper's; the backbone study is extra
+STUDIES = ("main", "ablation", "memory", "backbone", "graph_lambda")
+# The paper's tables and its memory figure; the backbone study is extra, and the paper's λ_G figure
+# (graph_lambda: 4 more GCL runs a seed) is asked for by name.
+DEFAULT_STUDIES = ("main", "ablation", "memory")
 PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn", "split_cifar10"),
-                          "backbone": ("split_cifar10",)}
+                          "backbone": ("split_cifar10",), "graph_lambda": ("split_cifar10",)}
 PAPER_MEMORY_SIZES = (100, 250, 500, 1000)
 DEFAULT_SEEDS = 5  # the paper's five runs
 
@@ -138,8 +145,23 @@ def _backbone_benchmarks(config_dir: str, benchmarks, every: bool, methods, over
     return kept
 
 
-def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones) -> tuple:
-    """The command line's choices, checked: (studies, benchmarks, methods, memory sizes, trunks)."""
+def _graph_lambdas(values) -> list[float]:
+    """--graph-lambdas as floats, each 0 or more."""
+    out = []
+    for value in _names(values):
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not number >= 0.0 or number == float("inf"):
+            raise UserError(f"--graph-lambdas: {value!r} is not allowed; allowed: numbers 0 or more, e.g. 0,5,50,500")
+        out.append(number)
+    return out
+
+
+def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas) -> tuple:
+    """The command line's choices, checked: (studies, benchmarks, methods, memory sizes, trunks,
+    graph_lambda values)."""
     from gcl_tf import methods as methods_lib
 
     studies = _names(studies) or list(DEFAULT_STUDIES)
@@ -165,12 +187,13 @@ def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, ba
     for t in trunks:
         if t not in layout.BACKBONES:
             raise UserError(f"--backbones: unknown trunk {t!r}; allowed: {', '.join(layout.BACKBONES)}")
-    return studies, selected, wanted_methods, sizes, trunks
+    return studies, selected, wanted_methods, sizes, trunks, _graph_lambdas(graph_lambdas)
 
 
 def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
          studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
-         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES), log=print,
+         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
+         graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
          method_keys=True) -> list[Run]:
     """Every run of the suite, configs resolved and validated (a bad key stops here, before any
     training). Runs that are the same (e.g. the memory study at the preset's size and the main
@@ -178,16 +201,17 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
     TensorFlow loads: gcl_tf.config.resolve), for the checks only (every memory size a run)."""
     from gcl_tf import config as config_lib
 
-    studies, selected, wanted_methods, sizes, trunks = _selection(config_dir, benchmarks, methods, seeds, studies,
-                                                                  memory_sizes, backbones)
+    studies, selected, wanted_methods, sizes, trunks, lambdas = _selection(
+        config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas)
     study_benchmarks = {"main": selected}
-    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks}
+    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks,
+                 "graph_lambda": graph_lambda_benchmarks}
     for study in PAPER_STUDY_BENCHMARKS:
         study_benchmarks[study] = _study_benchmarks(requested[study], study, selected) if study in studies else []
         if study in studies and not study_benchmarks[study]:
             log(f"note: the {study} study runs on "
                 f"{', '.join(_names(requested[study]) or PAPER_STUDY_BENCHMARKS[study])}, "
-                f"none of which is selected; pass --{study}-benchmarks NAME[,NAME] or all")
+                f"none of which is selected; pass --{study.replace('_', '-')}-benchmarks NAME[,NAME] or all")
     if study_benchmarks["backbone"]:
         study_benchmarks["backbone"] = _backbone_benchmarks(config_dir, study_benchmarks["backbone"],
                                                             _names(backbone_benchmarks) == ["all"], wanted_methods,
@@ -227,6 +251,9 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
         if b in study_benchmarks["backbone"]:
             planned["backbone"] = study_runs.backbone(
                 main, trunks, lambda m: layout.trunk_of(preset(m, False).to_dict()["model"]))
+        if b in study_benchmarks["graph_lambda"]:
+            planned["graph_lambda"] = study_runs.graph_lambda(
+                path, presets, lambdas, lambda: preset("gcl").method.graph_lambda if method_keys else None)
         for study, variants in planned.items():
             for variant, method, variant_overrides in variants:
                 add(b, variant, method, study, variant_overrides)
@@ -372,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backbones", nargs="+", metavar="TRUNK", default=[",".join(layout.BACKBONES)],
                         help="trunks of the backbone study: each method's preset with only the trunk replaced "
                              f"(default: {','.join(layout.BACKBONES)})")
+    parser.add_argument("--graph-lambda-benchmarks", nargs="+", metavar="NAME",
+                        help="benchmarks of the graph_lambda study, or all (default: split_cifar10)")
+    parser.add_argument("--graph-lambdas", nargs="+", metavar="L",
+                        default=[",".join(f"{v:g}" for v in layout.PAPER_GRAPH_LAMBDAS)],
+                        help="GCL's graph_lambda values of the graph_lambda study (default: "
+                             f"{','.join(f'{v:g}' for v in layout.PAPER_GRAPH_LAMBDAS)}, the appendix's grid)")
     parser.add_argument("--config-dir", default="configs", help="folder of the benchmark configs (default: configs)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key in every run, e.g. --set eval.batch_size=1000 (repeatable)")
@@ -391,7 +424,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     selection = (args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
                  args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks, args.backbone_benchmarks,
-                 args.backbones)
+                 args.backbones, args.graph_lambdas, args.graph_lambda_benchmarks)
     # The arguments, every config (but the methods' own keys) and the data: before TensorFlow loads.
     checked = plan(*selection, log=lambda text: None, method_keys=False)
     if not args.dry_run:

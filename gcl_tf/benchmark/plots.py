@@ -7,6 +7,8 @@ Reads only ``DIR/runs/*/*/seed*/results.json`` and ``artifacts.npz`` (no trainin
 - ``accuracy_tasks_<benchmark>.png``: accuracy after each task, averaged over the tasks seen so
   far, one line per method (mean over seeds, band +- std);
 - ``memory_acc.png``, ``memory_fgt.png``: ER vs GCL over memory sizes, bars with std error bars;
+- ``graph_lambda_<benchmark>.png``: GCL's ACC and FGT over graph_lambda (the paper's figure of
+  λ_G), mean with std error bars, a symmetric-log axis so that 0 has its place;
 - ``context_graph_<benchmark>.png``: GCL's learned context graph at the end of training, rows and
   columns sorted by label;
 - ``tsne_<benchmark>.png``: t-SNE of penultimate image embeddings (and class embeddings from the
@@ -161,6 +163,38 @@ def memory_figure(runs, metric: str, styles=None) -> Figure | None:
     return figure
 
 
+# ----------------------------------------------------------------------------- graph_lambda study
+def graph_lambda_figure(runs, benchmark: str) -> Figure | None:
+    """GCL's ACC and FGT over graph_lambda on ``benchmark``: two panels, mean with std error bars
+    over the seeds, the preset's value marked (None without a graph_lambda-study run)."""
+    stats = tables.graph_lambda_summary(runs).get(benchmark)
+    if not stats:
+        return None
+    lambdas = sorted(stats)
+    positive = [lam for lam in lambdas if lam > 0]
+    figure = new_figure(9.0, 3.6)
+    for ax, (key, label) in zip(figure.subplots(1, 2), (("acc", "Average accuracy (%)"),
+                                                         ("fgt", "Average forgetting (%)"))):
+        mean = np.array([stats[lam][key][0] for lam in lambdas])
+        std = np.nan_to_num(np.array([stats[lam][key][1] for lam in lambdas], float))
+        ax.errorbar(lambdas, mean, yerr=std, marker="o", capsize=3, color="black")
+        for lam in lambdas:
+            if stats[lam]["variant"] == "gcl":
+                ax.plot([lam], [stats[lam][key][0]], marker="*", markersize=14, color="tab:red", linestyle="none",
+                        label="preset")
+        if positive:
+            ax.set_xscale("symlog", linthresh=min(positive))
+        ax.set_xticks(lambdas, [f"{lam:g}" for lam in lambdas])
+        ax.set_xlabel("λ_G (method.graph_lambda)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if any(stats[lam]["variant"] == "gcl" for lam in lambdas):
+            ax.legend(fontsize="small")
+    figure.suptitle(f"{benchmark_label(benchmark)}: graph regularisation (n = "
+                    f"{', '.join(str(stats[lam]['acc'][2]) for lam in lambdas)})")
+    return figure
+
+
 # ----------------------------------------------------------------------------- context graph
 def sort_by_label(graph, labels):
     """Rows and columns of ``graph`` [C, C] in the (stable) order of ``labels`` [C]; sorted labels."""
@@ -296,6 +330,9 @@ def draw_figures(output: str, runs) -> list[str]:
         figure = timing_figure(summary, b, styles)
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"timing_{b}.png")))
+        figure = graph_lambda_figure(runs, b)
+        if figure is not None:
+            written.append(save_figure(figure, os.path.join(folder, f"graph_lambda_{b}.png")))
     for metric in ("acc", "fgt"):
         figure = memory_figure(runs, metric, styles)
         if figure is not None:

@@ -11,7 +11,10 @@ main runs: ``(variant folder, method, overrides on top of the method's preset)``
   trunk: the optimizer, the learning rate, the memory, ``model.hidden_size`` (ignored by both
   trunks; GCL's embedding width H on any trunk) and the method's own keys. So a baseline on the
   ConvNet keeps its ResNet-18 preset's settings, and GCL on the ResNet-18 keeps its ConvNet
-  preset's. The run on the preset's own trunk is the main run (folder ``<method>``).
+  preset's. The run on the preset's own trunk is the main run (folder ``<method>``);
+- ``graph_lambda``: GCL at each ``method.graph_lambda`` (the paper's figure of λ_G), nothing else
+  changed. The preset's own value is the main run; 0 is the ablation's no-regularisation run (the
+  same training, with its one-sample evaluation besides), so the two studies share it.
 """
 from __future__ import annotations
 
@@ -54,4 +57,22 @@ def backbone(methods, trunks, preset_trunk) -> list[tuple[str, str, list[str]]]:
                 out.append((method, method, []))
             else:
                 out.append((layout.backbone_variant(method, trunk), method, layout.backbone_overrides(trunk)))
+    return out
+
+
+def graph_lambda(path: str, presets, values, preset_value) -> list[tuple[str, str, list[str]]]:
+    """GCL at each of ``values``; ``preset_value()``: the GCL preset's graph_lambda (None: unknown,
+    every value but 0 a variant)."""
+    if "gcl" not in presets:
+        raise UserError(f"{path}: the graph_lambda study needs a gcl preset")
+    own = preset_value()
+    no_reg = next(overrides for variant, _, overrides in layout.ABLATIONS if variant == layout.NO_GRAPH_REG)
+    out = []
+    for value in values:
+        if own is not None and float(value) == float(own):
+            out.append(("gcl", "gcl", []))
+        elif float(value) == 0.0:
+            out.append((layout.NO_GRAPH_REG, "gcl", list(no_reg)))
+        else:
+            out.append((layout.graph_lambda_variant(value), "gcl", [f"method.graph_lambda={float(value)!r}"]))
     return out
