@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import sys
@@ -152,8 +153,8 @@ def _graph_lambdas(values) -> list[float]:
         try:
             number = float(value)
         except ValueError:
-            number = float("nan")
-        if not number >= 0.0 or number == float("inf"):
+            number = -1.0
+        if not (math.isfinite(number) and number >= 0.0):
             raise UserError(f"--graph-lambdas: {value!r} is not allowed; allowed: numbers 0 or more, e.g. 0,5,50,500")
         out.append(number)
     return out

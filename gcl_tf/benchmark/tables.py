@@ -330,15 +330,15 @@ def graph_lambda_table(runs) -> tuple[str, str]:
     """GCL's ACC and FGT at each graph_lambda (the paper's figure of λ_G as a table), and each
     value's change against the preset's (the main run's), paired by seed."""
     md_parts, csv_rows = [], []
+    summary = graph_lambda_summary(runs)
     for b, groups in sorted(graph_lambda_runs(runs).items()):
-        preset = next((lam for lam, group in groups.items() if group[0].variant == "gcl"), None)
+        preset = next((lam for lam, stats in summary[b].items() if stats["variant"] == "gcl"), None)
         header = ["λ_G (`method.graph_lambda`)", "Run", "ACC (↑)", "FGT (↓)"]
         if preset is not None:
             header += [f"Change in ACC vs λ_G {preset:g}, paired by seed", f"Change in FGT vs λ_G {preset:g}"]
         rows = []
         for lam in sorted(groups):
-            group = groups[lam]
-            stats = {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
+            group, stats = groups[lam], summary[b][lam]
             changes = {k: change_vs_full(groups[preset], group, k) if preset is not None and lam != preset
                        else (float("nan"), float("nan"), 0) for k in ("acc", "fgt")}
             row = [f"{lam:g}" + (" (preset)" if lam == preset else ""), f"`{group[0].variant}`",
