@@ -640,6 +640,19 @@ def test_dry_run_lists_the_backbone_runs(monkeypatch, capsys):
     assert "8 runs: 0 finished, 8 to run" in out
 
 
+def test_dry_run_columns_line_up_with_a_long_study_name(monkeypatch, capsys):
+    from gcl_tf.benchmark import paper
+
+    forbid_training(monkeypatch)
+    monkeypatch.chdir(REPO)
+    assert paper.main(["--benchmarks", "split_cifar10", "--methods", "gcl", "--seeds", "1", "--studies",
+                       "main,graph_lambda", "--graph-lambdas", "0,5", "--output", "/nonexistent/suite",
+                       "--dry-run"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("split_cifar10 ")]
+    assert {line.split()[4] for line in listed} == {"main", "graph_lambda"}
+    assert len({line.index("to run") for line in listed}) == 1, listed  # one column, whatever the study
+
+
 def fake_backbone_suite(output, acc) -> None:
     """results.json files as the runs of ``paper --studies main,backbone`` write them (the planned
     configs), ACC and FGT from ``acc[(variant, seed)]`` (FGT = 100 - ACC), plus a main run outside

@@ -56,10 +56,11 @@ def dry_run(runs, output: str, finished) -> list[str]:
     variant, else of its benchmark and method; unknown without either)."""
     lines, to_do, timed = [], [], 0
     by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' seconds
+    study_width = max([8] + [len(run.study) for run in runs])  # graph_lambda is 12 characters
     for run in runs:
         folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
         is_done = finished(run, folder)
-        lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:8s} "
+        lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:{study_width}s} "
                      f"{'finished' if is_done else 'to run'}")
         if not is_done:
             to_do.append(run)

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from gcl_tf.benchmark import layout
+from gcl_tf.benchmark import layout, published
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
 from gcl_tf.io import write_atomic
 
@@ -140,6 +140,51 @@ def timing_table(summary: dict) -> tuple[str, str]:
                "Absolute times depend on the machine and its load.\n\n")
     csv_header = ["benchmark", "method", "seeds", "train_ms_per_sample_mean", "train_ms_per_sample_std",
                   "test_ms_per_sample_mean", "test_ms_per_sample_std", "train_seconds_mean", "eval_seconds_mean"]
+    return caption + _markdown(header, md_rows), _csv(csv_header, csv_rows)
+
+
+# ----------------------------------------------------------------------------- against the paper
+def vs_paper_table(runs) -> tuple[str, str]:
+    """Ours beside the paper's Tables 1 and 2 on the benchmarks the paper has numbers for: ACC and
+    FGT, ours mean ± std (n) and the paper's (n = 5), and GCL's ACC lead over each method, ours
+    paired by seed (mean difference ± its standard error over the seeds both ran) beside the
+    paper's difference of means."""
+    main = defaultdict(list)
+    for run in runs:
+        if run.is_main:
+            main[(run.benchmark, run.variant)].append(run)
+    benchmarks = [b for b in published.PAPER_RESULTS if any(key[0] == b for key in main)]
+    header = ["Benchmark", "Method", "ACC ours", "ACC paper", "FGT ours", "FGT paper",
+              "GCL − method, ACC ours (paired by seed)", "GCL − method, ACC paper"]
+    md_rows, csv_rows = [], []
+    for b in benchmarks:
+        methods_here = {m for (bench, m) in main if bench == b} | set(published.PAPER_RESULTS[b])
+        for m in sorted(methods_here, key=method_sort_key):
+            group = main.get((b, m), [])
+            ours = {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
+            paper = {k: published.paper_result(b, m, k) for k in ("acc", "fgt")}
+            gcl = main.get((b, "gcl"), [])
+            lead = (change_vs_full(group, gcl, "acc") if m != "gcl" and group and gcl
+                    else (float("nan"), float("nan"), 0))
+            paper_lead = published.paper_lead(b, m) if m != "gcl" else None
+            md_rows.append([benchmark_label(b), method_label(m),
+                            *[cell for k in ("acc", "fgt") for cell in (
+                                fmt(*ours[k], show_n=True),
+                                "-" if paper[k] is None else f"{paper[k][0]:.2f} ± {paper[k][1]:.2f}")],
+                            "" if m == "gcl" else fmt_change(*lead),
+                            "" if paper_lead is None else f"{paper_lead:+.2f}"])
+            csv_rows.append([b, m, ours["acc"][2], *[_num(v) for k in ("acc", "fgt") for v in (
+                                ours[k][0], ours[k][1], *(paper[k] or (None, None)))],
+                             lead[2] or "", _num(lead[0]), _num(lead[1]), _num(paper_lead)])
+    if not md_rows:
+        return "", ""
+    caption = ("**Ours against the paper** (test %; ours: mean ± sample std over the seeds (n); the paper's: "
+               f"mean ± std over its {published.PAPER_SEEDS} seeds; `-`: not run). The last two columns: GCL's "
+               "ACC lead over the row's method, ours as the mean of the per-seed differences ± its standard "
+               "error, the paper's as the difference of its means.\n\n")
+    csv_header = ["benchmark", "method", "seeds", "acc_mean", "acc_std", "paper_acc_mean", "paper_acc_std",
+                  "fgt_mean", "fgt_std", "paper_fgt_mean", "paper_fgt_std",
+                  "gcl_lead_seeds", "gcl_lead_mean", "gcl_lead_se", "paper_gcl_lead"]
     return caption + _markdown(header, md_rows), _csv(csv_header, csv_rows)
 
 
@@ -378,6 +423,10 @@ def write_tables(output: str, runs) -> list[str]:
         md, table_csv = timing_table(summary)
         put("timing.md", md)
         put("timing.csv", table_csv)
+    md, table_csv = vs_paper_table(runs)
+    if md:
+        put("vs_paper.md", md)
+        put("vs_paper.csv", table_csv)
     md, table_csv = ablation_table(runs)
     if md:
         put("ablation.md", md)

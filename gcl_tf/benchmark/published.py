@@ -1,0 +1,72 @@
+"""The paper's published numbers (Tang & Matteson, ICLR 2021), for the suite's tables beside ours.
+
+Tables 1 and 2: test ACC and FGT (%), mean and standard deviation over the paper's five seeds, by
+benchmark (the stem of ``configs/<benchmark>.yaml``) and method (the registry's name). A method the
+paper did not run on a benchmark (its ``-`` cells) is absent.
+"""
+from __future__ import annotations
+
+#: The paper's seed count for Tables 1 and 2 ("computed over five runs using different random seeds").
+PAPER_SEEDS = 5
+
+#: {benchmark: {method: {"acc": (mean, std), "fgt": (mean, std)}}}
+PAPER_RESULTS: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
+    # Table 1
+    "permuted_mnist": {
+        "finetune": {"acc": (60.19, 2.31), "fgt": (23.62, 1.98)},
+        "ewc": {"acc": (64.94, 1.22), "fgt": (18.33, 1.07)},
+        "gem": {"acc": (79.17, 0.70), "fgt": (3.68, 0.68)},
+        "er": {"acc": (79.90, 0.46), "fgt": (3.78, 0.45)},
+        "mer": {"acc": (79.68, 0.42), "fgt": (3.47, 0.41)},
+        "gcl": {"acc": (82.36, 0.36), "fgt": (2.92, 0.23)},
+    },
+    "rotated_mnist": {
+        "finetune": {"acc": (43.80, 1.64), "fgt": (46.52, 1.71)},
+        "ewc": {"acc": (44.99, 1.73), "fgt": (44.98, 1.95)},
+        "gem": {"acc": (82.60, 0.48), "fgt": (5.47, 0.45)},
+        "er": {"acc": (80.82, 0.68), "fgt": (6.78, 0.69)},
+        "mer": {"acc": (83.56, 0.23), "fgt": (8.14, 0.46)},
+        "gcl": {"acc": (86.37, 0.32), "fgt": (3.22, 0.50)},
+    },
+    "split_svhn": {
+        "finetune": {"acc": (18.85, 0.10), "fgt": (94.78, 1.24)},
+        "ewc": {"acc": (18.76, 0.27), "fgt": (94.99, 1.23)},
+        "gem": {"acc": (33.40, 3.27), "fgt": (68.91, 4.06)},
+        "er": {"acc": (45.41, 3.03), "fgt": (62.37, 4.33)},
+        "gcl": {"acc": (60.68, 1.67), "fgt": (21.86, 2.35)},
+    },
+    # Table 2
+    "split_cifar10": {
+        "finetune": {"acc": (18.46, 0.12), "fgt": (86.48, 1.02)},
+        "ewc": {"acc": (18.49, 0.13), "fgt": (86.95, 1.15)},
+        "gem": {"acc": (22.88, 3.41), "fgt": (76.90, 5.53)},
+        "er": {"acc": (29.94, 3.08), "fgt": (72.64, 4.88)},
+        "gcl": {"acc": (49.62, 1.85), "fgt": (35.69, 3.33)},
+    },
+    "split_cifar100": {
+        "finetune": {"acc": (55.39, 1.94), "fgt": (25.94, 1.89)},
+        "ewc": {"acc": (55.60, 1.11), "fgt": (23.53, 1.19)},
+        "icarl": {"acc": (58.08, 1.44), "fgt": (24.22, 1.35)},
+        "gem": {"acc": (65.66, 0.70), "fgt": (15.52, 0.41)},
+        "er": {"acc": (69.40, 1.21), "fgt": (11.25, 1.24)},
+        "gcl": {"acc": (74.51, 0.99), "fgt": (6.54, 1.26)},
+    },
+    "split_miniimagenet": {
+        "finetune": {"acc": (37.84, 0.87), "fgt": (31.41, 1.57)},
+        "ewc": {"acc": (36.61, 2.06), "fgt": (28.17, 4.49)},
+        "gem": {"acc": (54.06, 0.22), "fgt": (13.17, 0.74)},
+        "er": {"acc": (58.74, 0.74), "fgt": (9.02, 2.49)},
+        "gcl": {"acc": (61.54, 0.57), "fgt": (6.10, 2.73)},
+    },
+}
+
+
+def paper_result(benchmark: str, method: str, key: str) -> tuple[float, float] | None:
+    """The paper's (mean, std) of ``key`` ("acc" or "fgt") for a method on a benchmark, or None."""
+    return PAPER_RESULTS.get(benchmark, {}).get(method, {}).get(key)
+
+
+def paper_lead(benchmark: str, method: str) -> float | None:
+    """GCL's ACC lead over ``method`` in the paper (difference of the two published means), or None."""
+    gcl, other = paper_result(benchmark, "gcl", "acc"), paper_result(benchmark, method, "acc")
+    return None if gcl is None or other is None else round(gcl[0] - other[0], 2)
