@@ -224,3 +224,40 @@ def test_setup_py_is_a_shim_over_pyproject():
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
     assert len(calls) == 1 and calls[0].func.id == "setup" and not calls[0].args and not calls[0].keywords
     assert 'build-backend = "setuptools.build_meta"' in read(os.path.join(REPO, "pyproject.toml"))
+
+
+def readme_results_rows() -> tuple[list[str], list[list[str]]]:
+    """The README's Results table: its header cells and its rows' cells."""
+    section = read(README).split("## Results", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return cells[0], [row for row in cells[2:]]
+
+
+def test_readme_results_table_is_what_the_shipped_results_give():
+    """Every row of the README's Results table links the suite folder it comes from
+    (docs/results/<suite>/tables/vs_paper.md); each "ours" cell is the mean ± std (n) of that
+    folder's main runs, as the suite's tables compute it, and each "paper" cell the paper's number."""
+    from gcl_tf.benchmark import layout, published
+
+    header, rows = readme_results_rows()
+    columns = [re.fullmatch(r"(.+) (paper|ours)", cell) for cell in header[1:]]
+    assert all(columns), header
+    by_label = {layout.method_label(m): m for m in ("gcl", "er", "derpp", "er_ace", "finetune", "ewc", "gem", "mer")}
+    benchmarks = {label: stem for stem, label in layout.BENCHMARK_LABELS.items()}
+    assert len(rows) >= 3
+    for row in rows:
+        link = re.fullmatch(r"\[(.+?)\]\((docs/results/[^/]+)/tables/vs_paper\.md\)(.*)", row[0])
+        assert link, f"a Results row names its suite folder: {row[0]}"
+        benchmark, folder = benchmarks[link.group(1)], os.path.join(REPO, link.group(2))
+        runs = [r for r in layout.collect(folder) if r.is_main and r.benchmark == benchmark]
+        for match, cell in zip(columns, row[1:]):
+            method, which = by_label[match.group(1)], match.group(2)
+            cell = cell.replace("*", "")
+            if which == "paper":
+                paper = published.paper_result(benchmark, method, "acc")
+                assert cell == ("-" if paper is None else f"{paper[0]:.2f} ± {paper[1]:.2f}"), (row[0], header)
+                continue
+            mean, std, n = layout.mean_std(r.results["acc"] for r in runs if r.variant == method)
+            expected = "-" if n == 0 else (f"{mean:.2f} ({n})" if n == 1 else f"{mean:.2f} ± {std:.2f} ({n})")
+            assert cell == expected, (row[0], match.group(0))
