@@ -231,19 +231,20 @@ def readme_results_rows() -> tuple[list[str], list[list[str]]]:
     section = read(README).split("## Results", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
-    return cells[0], [row for row in cells[2:]]
+    return cells[0], cells[2:]
 
 
 def test_readme_results_table_is_what_the_shipped_results_give():
     """Every row of the README's Results table links the suite folder it comes from
     (docs/results/<suite>/tables/vs_paper.md); each "ours" cell is the mean ± std (n) of that
     folder's main runs, as the suite's tables compute it, and each "paper" cell the paper's number."""
+    from gcl_tf import methods
     from gcl_tf.benchmark import layout, published
 
     header, rows = readme_results_rows()
     columns = [re.fullmatch(r"(.+) (paper|ours)", cell) for cell in header[1:]]
     assert all(columns), header
-    by_label = {layout.method_label(m): m for m in ("gcl", "er", "derpp", "er_ace", "finetune", "ewc", "gem", "mer")}
+    by_label = {layout.method_label(m): m for m in methods.REGISTRY}
     benchmarks = {label: stem for stem, label in layout.BENCHMARK_LABELS.items()}
     assert len(rows) >= 3
     for row in rows:
