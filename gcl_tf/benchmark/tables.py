@@ -159,18 +159,18 @@ def vs_paper_table(runs) -> tuple[str, str]:
     md_rows, csv_rows = [], []
     for b in benchmarks:
         methods_here = {m for (bench, m) in main if bench == b} | set(published.PAPER_RESULTS[b])
+        gcl = main.get((b, "gcl"), [])
         for m in sorted(methods_here, key=method_sort_key):
             group = main.get((b, m), [])
             ours = {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
             paper = {k: published.paper_result(b, m, k) for k in ("acc", "fgt")}
-            gcl = main.get((b, "gcl"), [])
             lead = (change_vs_full(group, gcl, "acc") if m != "gcl" and group and gcl
                     else (float("nan"), float("nan"), 0))
             paper_lead = published.paper_lead(b, m) if m != "gcl" else None
             md_rows.append([benchmark_label(b), method_label(m),
                             *[cell for k in ("acc", "fgt") for cell in (
                                 fmt(*ours[k], show_n=True),
-                                "-" if paper[k] is None else f"{paper[k][0]:.2f} ± {paper[k][1]:.2f}")],
+                                "-" if paper[k] is None else fmt(*paper[k], published.PAPER_SEEDS))],
                             "" if m == "gcl" else fmt_change(*lead),
                             "" if paper_lead is None else f"{paper_lead:+.2f}"])
             csv_rows.append([b, m, ours["acc"][2], *[_num(v) for k in ("acc", "fgt") for v in (
