@@ -455,15 +455,27 @@ def test_a_stopped_search_and_suite_go_on_from_the_stopped_runs_checkpoint(tmp_p
 def test_a_second_signal_stops_at_once():
     from gcl_tf.faults import StopSignals
 
-    before = signal.getsignal(signal.SIGINT)
-    with StopSignals() as stop:
-        # raise_signal runs the handler before it returns (os.kill of our own pid may be taken by
-        # one of TensorFlow's threads and handled a moment later, after the check)
-        signal.raise_signal(signal.SIGINT)
-        assert stop.received == signal.SIGINT and stop.name == "SIGINT"
-        with pytest.raises(KeyboardInterrupt):
+    # Python's own Ctrl-C handler, as in a terminal: a test runner's worker process (pytest-xdist)
+    # or a script's background job ignores SIGINT, and a second signal then acts as that: nothing.
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with StopSignals() as stop:
+            # raise_signal runs the handler before it returns (os.kill of our own pid may be taken by
+            # one of TensorFlow's threads and handled a moment later, after the check)
             signal.raise_signal(signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) is before
+            assert stop.received == signal.SIGINT and stop.name == "SIGINT"
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with StopSignals() as stop:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # ignored, as before the block
+            assert stop.received == signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 # ----------------------------------------------------------------------------- 4. a full disk

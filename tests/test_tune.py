@@ -548,15 +548,18 @@ def test_local_workers_command_and_threads(tmp_path, monkeypatch):
 SLOW_TRIALS = {**TINY, "benchmark": {**TINY["benchmark"], "num_tasks": 10, "samples_per_task": 900}}
 
 
-def _start_local_search(cwd, output):
-    """``--workers 2`` from ``cwd`` with relative paths, as people type it; its lines go to a queue."""
+def _start_local_search(cwd, output, sigint_ignored=False):
+    """``--workers 2`` from ``cwd`` with relative paths, as people type it; its lines go to a queue.
+    ``sigint_ignored``: started as a script's background job (``... &``), which ignores SIGINT."""
     import queue
+    import signal
     import threading
 
     command = [sys.executable, "-m", "gcl_tf.tune", "--config", "../slow.yaml", "--output", output,
                "--workers", "2"]
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     process = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=ignore)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
     return process, lines
@@ -586,13 +589,13 @@ def _processes_on(folder) -> list[int]:
     return pids
 
 
-def _local_search_with_both_workers_busy(tmp_path):
+def _local_search_with_both_workers_busy(tmp_path, sigint_ignored=False):
     """A ``--workers 2`` search started from another folder, once both workers run a trial."""
     write_config(tmp_path, SLOW_TRIALS)
     os.rename(tmp_path / "tiny.yaml", tmp_path / "slow.yaml")
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    process, lines = _start_local_search(cwd, "rel/search")
+    process, lines = _start_local_search(cwd, "rel/search", sigint_ignored)
     first = _wait_for(lines, r"^\[tuner\d\] trial \d started", 2)
     return cwd, cwd / "rel" / "search", process, lines, first
 
@@ -621,10 +624,13 @@ def test_local_workers_share_a_search_stop_on_sigterm_and_resume(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failed_local_worker_stops_the_search_with_one_line(tmp_path):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "background-job"])
+def test_a_failed_local_worker_stops_the_search_with_one_line(tmp_path, sigint_ignored):
+    """Also where SIGINT is ignored (a script's ``... &``): the chief was once woken by a
+    simulated SIGINT, which did nothing there, and waited for the dead worker forever."""
     import signal
 
-    _, folder, process, lines, _ = _local_search_with_both_workers_busy(tmp_path)
+    _, folder, process, lines, _ = _local_search_with_both_workers_busy(tmp_path, sigint_ignored)
     workers = _processes_on(folder)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)

@@ -13,7 +13,6 @@ command resumes the search, as a single process's does (finished trials are kept
 """
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import socket
@@ -60,8 +59,9 @@ def check_alone(workers: int) -> None:
 
 
 class Workers:
-    """The worker processes of a local search, watched: the first that fails interrupts the
-    chief (the main thread) with KeyboardInterrupt, and :meth:`stop` ends the others."""
+    """The worker processes of a local search, watched: the first that fails sends SIGTERM to
+    the chief's main thread (:func:`run` handles it: it raises there), and :meth:`stop` ends the
+    others."""
 
     def __init__(self, command: list[str], count: int, port: int):
         threads = threads_per_worker(count)
@@ -85,7 +85,11 @@ class Workers:
                 if code not in (None, 0):
                     self.failed = (name, code)
                     self._done.set()
-                    _thread.interrupt_main()
+                    # SIGTERM to the main thread, whose handler (run's _raise_stopped) raises there.
+                    # Not _thread.interrupt_main(): it simulates SIGINT, which does nothing where
+                    # SIGINT is ignored (a background job of a script, a test runner's worker), and
+                    # the chief would wait for the failed worker forever.
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
                     return
             if all(p.poll() is not None for p in self.processes.values()):
                 return
