@@ -75,6 +75,7 @@ class Workers:
             # Their own process group: Ctrl-C reaches the chief, which stops them in order.
             self.processes[name] = subprocess.Popen(command, env=env, start_new_session=True)
         self._done = threading.Event()
+        self._lock = threading.Lock()  # the watcher signals the chief only while stop() has not begun
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
 
@@ -83,21 +84,27 @@ class Workers:
             for name, process in self.processes.items():
                 code = process.poll()
                 if code not in (None, 0):
-                    self.failed = (name, code)
-                    self._done.set()
-                    # SIGTERM to the main thread, whose handler (run's _raise_stopped) raises there.
-                    # Not _thread.interrupt_main(): it simulates SIGINT, which does nothing where
-                    # SIGINT is ignored (a background job of a script, a test runner's worker), and
-                    # the chief would wait for the failed worker forever.
-                    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+                    with self._lock:
+                        if self._done.is_set():
+                            return  # stop() ended it (its SIGTERM), not a failure
+                        self.failed = (name, code)
+                        self._done.set()
+                        # SIGTERM to the main thread, whose handler (run's _raise_stopped) raises there.
+                        # Not _thread.interrupt_main(): it simulates SIGINT, which does nothing where
+                        # SIGINT is ignored (a background job of a script, a test runner's worker), and
+                        # the chief would wait for the failed worker forever.
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
                     return
             if all(p.poll() is not None for p in self.processes.values()):
                 return
 
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM to the running workers (a trial stops at its next step and is run again on
-        resume), then SIGKILL after ``timeout`` seconds."""
-        self._done.set()
+        resume), then SIGKILL after ``timeout`` seconds. The watcher stops first: the workers'
+        exits are no failures, and no SIGTERM reaches the chief once run() restores its handler."""
+        with self._lock:
+            self._done.set()
+        self._watcher.join()
         running = [p for p in self.processes.values() if p.poll() is None]
         for process in running:
             process.send_signal(signal.SIGTERM)
