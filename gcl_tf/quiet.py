@@ -57,6 +57,18 @@ def choose_cpu_kernels(environ=None) -> None:
         environ["TF_ENABLE_ONEDNN_OPTS"] = value
 
 
+def onednn_enabled() -> bool | None:
+    """Whether the TensorFlow of this process runs its oneDNN kernels (whatever chose it: gcl_tf,
+    the user's ``TF_ENABLE_ONEDNN_OPTS`` or TensorFlow's own default); None when this TensorFlow
+    cannot say. A run records it (``results.json``): oneDNN changes the order of floating-point
+    sums, so two runs of one config differ in it as two seeds do (docs/performance.md)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def _wanted() -> bool:
     return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("", "0")
 

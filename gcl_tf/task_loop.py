@@ -28,6 +28,7 @@ from gcl_tf.errors import DiskError, Stopped
 from gcl_tf.faults import StopSignals
 from gcl_tf.io import write_json_atomic, write_npz_atomic
 from gcl_tf.learner import write_learner
+from gcl_tf.quiet import onednn_enabled
 from gcl_tf.run_layout import ARTIFACTS, RESULTS, TENSORBOARD
 
 
@@ -249,6 +250,7 @@ def run_results(config, model, evaluator, task_seconds, start: Start) -> dict:
             "run": os.path.abspath(config.init_from), "tasks_before": start.task_offset,
             "steps_before": start.first_step},
         "tensorflow_version": tf.__version__,
+        "onednn": onednn_enabled(),  # oneDNN's kernels on or off: the numbers' last digits differ by it
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(),
     }

@@ -68,3 +68,29 @@ def test_a_deterministic_convnet_gcl_run_is_bit_identical_with_onednn():
     if X86:  # elsewhere TensorFlow's own choice, whatever it is
         assert "onednn True" in first
     assert first.split("weights")[1] == second.split("weights")[1]
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_a_run_records_whether_tensorflow_ran_onednn(tmp_path, setting):
+    """results.json says whether the run's TensorFlow ran oneDNN (its numbers move with it as with
+    a seed): on under gcl_tf's choice on x86, off when the user says 0."""
+    import json
+
+    import yaml
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "benchmark": {"name": "permuted", "dataset": "digits", "source": "digits", "num_tasks": 2,
+                      "samples_per_task": 20},
+        "method": {"name": "finetune"}, "model": {"backbone": "mlp", "hidden_size": 8},
+        "train": {"verbose": 0}}))
+    run = f"from gcl_tf.train import main\nassert main(['--config', {str(config)!r}, '--output', " \
+          f"{str(tmp_path / 'run')!r}]) in (0, None)\n"
+    out = _python(run + MKL, **({} if setting is None else {"TF_ENABLE_ONEDNN_OPTS": setting}))
+    ran = "onednn True" in out
+    recorded = json.loads((tmp_path / "run" / "results.json").read_text())["onednn"]
+    assert recorded is ran
+    if setting == "0":
+        assert recorded is False
+    elif X86:
+        assert recorded is True
