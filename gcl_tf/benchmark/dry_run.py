@@ -1,13 +1,14 @@
 """What ``python -m gcl_tf.benchmark paper --dry-run`` prints: every planned run and whether it
-is finished, the data each benchmark reads (and whether it is there), and the time the rest
-should take, estimated from the finished runs' own times."""
+is finished (or stopped with a checkpoint to resume from), the data each benchmark reads (and
+whether it is there), and the time the rest should take, estimated from the finished runs' own
+times."""
 from __future__ import annotations
 
 import os
 
 from gcl_tf.benchmark import layout
 from gcl_tf.io import read_json
-from gcl_tf.run_layout import RESULTS
+from gcl_tf.run_layout import RESULTS, checkpoint_steps
 
 
 def _count(n: int, noun: str) -> str:
@@ -39,13 +40,19 @@ def data_needed(run) -> str:
     return f"{bench.source} {bench.path} ({state})"
 
 
-def wall_seconds(folder: str):
-    """A finished run's training and evaluation time (seconds, from its results.json), or None."""
+def _timing(folder: str) -> tuple:
+    """``(seconds, train_steps)`` of a finished run: its training and evaluation time and its steps,
+    from its results.json (either None when it lacks it)."""
     try:
         results = read_json(os.path.join(folder, RESULTS))
-        return float(results["train_seconds"]) + float(results["eval_seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except (OSError, ValueError):
+        return None, None
+    try:
+        seconds = float(results["train_seconds"]) + float(results["eval_seconds"])
+    except (KeyError, TypeError, ValueError):
+        seconds = None
+    steps = results.get("train_steps")
+    return seconds, (int(steps) if isinstance(steps, int) and steps > 0 else None)
 
 
 def dry_run(runs, output: str, finished) -> list[str]:
@@ -53,35 +60,44 @@ def dry_run(runs, output: str, finished) -> list[str]:
     :func:`gcl_tf.benchmark.paper.finished`), the data each benchmark
     reads, the totals, and the time the rest should take, estimated from the finished runs' own
     times in ``output`` (a run to do takes the mean of the finished runs of its benchmark and
-    variant, else of its benchmark and method; unknown without either)."""
+    variant, else of its benchmark and method; unknown without either). A stopped run with a
+    checkpoint is "to resume from step N" (the suite goes on from there, nothing is lost); its
+    estimate counts only the steps it has left, of as many as those finished runs trained."""
     lines, to_do, timed = [], [], 0
-    by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' seconds
+    resume_from = {}  # id(run) -> its last checkpoint's step
+    by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' (seconds, steps)
     study_width = max([8] + [len(run.study) for run in runs])  # graph_lambda is 12 characters
     for run in runs:
         folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
         is_done = finished(run, folder)
-        lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:{study_width}s} "
-                     f"{'finished' if is_done else 'to run'}")
+        status = "finished"
+        if not is_done:
+            steps = checkpoint_steps(folder)
+            status = f"to resume from step {steps[-1]}" if steps else "to run"
+            if steps:
+                resume_from[id(run)] = steps[-1]
+        lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:{study_width}s} {status}")
         if not is_done:
             to_do.append(run)
             continue
-        seconds = wall_seconds(folder)
+        seconds, steps = _timing(folder)
         if seconds is not None:
             timed += 1
-            by_variant.setdefault((run.benchmark, run.variant), []).append(seconds)
-            by_method.setdefault((run.benchmark, run.method), []).append(seconds)
+            by_variant.setdefault((run.benchmark, run.variant), []).append((seconds, steps))
+            by_method.setdefault((run.benchmark, run.method), []).append((seconds, steps))
     seen = {}
     for run in runs:
         seen.setdefault(run.benchmark, data_needed(run))
     lines += [f"data: {benchmark}: {note}" for benchmark, note in seen.items()]
-    lines.append(f"{_count(len(runs), 'run')}: {len(runs) - len(to_do)} finished, {len(to_do)} to run")
+    resuming = f" ({len(resume_from)} of them from a checkpoint)" if resume_from else ""
+    lines.append(f"{_count(len(runs), 'run')}: {len(runs) - len(to_do)} finished, {len(to_do)} to run{resuming}")
     if not to_do:
         return lines
     estimates = []
     for run in to_do:
         times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
         if times:
-            estimates.append(sum(times) / len(times))
+            estimates.append(_estimate(times, resume_from.get(id(run))))
     if not estimates:
         lines.append(f"time to run: unknown (no finished run of the same benchmark and method in {output} "
                      "to estimate from)")
@@ -93,3 +109,13 @@ def dry_run(runs, output: str, finished) -> list[str]:
                      f"runs (from {_count(timed, 'finished run')} in {output}); unknown for the other "
                      f"{len(to_do) - len(estimates)} (no finished run of their benchmark and method)")
     return lines
+
+
+def _estimate(times, resumed_step) -> float:
+    """The seconds a run should take: the mean of ``times`` ((seconds, train_steps) of finished
+    runs), less the share of the steps a checkpoint of ``resumed_step`` already holds."""
+    mean = sum(seconds for seconds, _ in times) / len(times)
+    steps = [n for _, n in times if n]
+    if resumed_step is None or not steps:
+        return mean
+    return mean * max(0.0, 1.0 - resumed_step / (sum(steps) / len(steps)))
