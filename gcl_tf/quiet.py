@@ -62,11 +62,12 @@ def onednn_enabled() -> bool | None:
     the user's ``TF_ENABLE_ONEDNN_OPTS`` or TensorFlow's own default); None when this TensorFlow
     cannot say. A run records it (``results.json``): oneDNN changes the order of floating-point
     sums, so two runs of one config differ in it as two seeds do (docs/performance.md)."""
-    try:
+    try:  # a private module of TensorFlow's: a version without it (or its function) cannot say
         from tensorflow.python.util import _pywrap_util_port
-    except ImportError:
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
         return None
-    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _wanted() -> bool:
