@@ -31,11 +31,9 @@ TORCH = "PyTorch eager"
 
 def child(regime: str, steps: int) -> None:
     """In a fresh process: time our compiled GCL step and print one line."""
-    from gcl_tf.quiet import import_tensorflow
+    from gcl_tf.quiet import import_tensorflow, onednn_enabled
 
     import_tensorflow()
-    from tensorflow.python.util import _pywrap_util_port
-
     from gcl_tf.benchmark.timing import median_seconds
     from gcl_tf.benchmark.workloads import make_model, prepare_train_step
 
@@ -43,7 +41,7 @@ def child(regime: str, steps: int) -> None:
     model = make_model("gcl", shape, memory=memory, backbone=backbone)
     one, traces = prepare_train_step(model, shape)
     seconds = median_seconds(one, steps, warmup=3)
-    print(f"gcl_tf regime={regime} onednn={_pywrap_util_port.IsMklEnabled()} traces={len(traces)} "
+    print(f"gcl_tf regime={regime} onednn={onednn_enabled()} traces={len(traces)} "
           f"median_ms_per_step={1e3 * seconds:.1f}", flush=True)
 
 

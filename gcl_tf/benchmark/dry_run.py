@@ -52,7 +52,7 @@ def _timing(folder: str) -> tuple:
     except (KeyError, TypeError, ValueError):
         seconds = None
     steps = results.get("train_steps")
-    return seconds, (int(steps) if isinstance(steps, int) and steps > 0 else None)
+    return seconds, (steps if isinstance(steps, int) and steps > 0 else None)
 
 
 def dry_run(runs, output: str, finished) -> list[str]:
@@ -63,22 +63,16 @@ def dry_run(runs, output: str, finished) -> list[str]:
     variant, else of its benchmark and method; unknown without either). A stopped run with a
     checkpoint is "to resume from step N" (the suite goes on from there, nothing is lost); its
     estimate counts only the steps it has left, of as many as those finished runs trained."""
-    lines, to_do, timed = [], [], 0
-    resume_from = {}  # id(run) -> its last checkpoint's step
+    lines, to_do, timed = [], [], 0  # to_do: (run, its last checkpoint's step, 0 if none)
     by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' (seconds, steps)
     study_width = max([8] + [len(run.study) for run in runs])  # graph_lambda is 12 characters
     for run in runs:
         folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
-        is_done = finished(run, folder)
-        status = "finished"
-        if not is_done:
-            steps = checkpoint_steps(folder)
-            status = f"to resume from step {steps[-1]}" if steps else "to run"
-            if steps:
-                resume_from[id(run)] = steps[-1]
+        resumed = None if finished(run, folder) else (checkpoint_steps(folder) or [0])[-1]
+        status = "finished" if resumed is None else f"to resume from step {resumed}" if resumed else "to run"
         lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:{study_width}s} {status}")
-        if not is_done:
-            to_do.append(run)
+        if resumed is not None:
+            to_do.append((run, resumed))
             continue
         seconds, steps = _timing(folder)
         if seconds is not None:
@@ -89,15 +83,16 @@ def dry_run(runs, output: str, finished) -> list[str]:
     for run in runs:
         seen.setdefault(run.benchmark, data_needed(run))
     lines += [f"data: {benchmark}: {note}" for benchmark, note in seen.items()]
-    resuming = f" ({len(resume_from)} of them from a checkpoint)" if resume_from else ""
+    stopped = sum(resumed > 0 for _, resumed in to_do)
+    resuming = f" ({stopped} of them from a checkpoint)" if stopped else ""
     lines.append(f"{_count(len(runs), 'run')}: {len(runs) - len(to_do)} finished, {len(to_do)} to run{resuming}")
     if not to_do:
         return lines
     estimates = []
-    for run in to_do:
+    for run, resumed in to_do:
         times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
         if times:
-            estimates.append(_estimate(times, resume_from.get(id(run))))
+            estimates.append(_estimate(times, resumed))
     if not estimates:
         lines.append(f"time to run: unknown (no finished run of the same benchmark and method in {output} "
                      "to estimate from)")
@@ -116,6 +111,6 @@ def _estimate(times, resumed_step) -> float:
     runs), less the share of the steps a checkpoint of ``resumed_step`` already holds."""
     mean = sum(seconds for seconds, _ in times) / len(times)
     steps = [n for _, n in times if n]
-    if resumed_step is None or not steps:
+    if not resumed_step or not steps:
         return mean
     return mean * max(0.0, 1.0 - resumed_step / (sum(steps) / len(steps)))
