@@ -716,18 +716,43 @@ def test_backbone_table_holds_each_method_on_each_trunk_from_main_runs_and_varia
         assert float(row["acc_mean"]) == pytest.approx(mean, abs=1e-9)
         assert float(row["fgt_mean"]) == pytest.approx(100 - mean, abs=1e-9)
         assert (row["acc_std"] == "") if n == 1 else float(row["acc_std"]) == pytest.approx(std, abs=1e-9)
+    # GCL's lead on each trunk, paired by seed: ConvNet seeds 0-1 (gcl - er-convnet), ResNet-18 seed 0 only
+    convnet_diffs = np.array([acc[("gcl", s)] - acc[("er-convnet", s)] for s in (0, 1)])
+    assert int(rows[("er", "convnet")]["gcl_lead_seeds"]) == 2
+    assert float(rows[("er", "convnet")]["gcl_lead_mean"]) == pytest.approx(convnet_diffs.mean(), abs=1e-9)
+    assert float(rows[("er", "convnet")]["gcl_lead_se"]) == pytest.approx(convnet_diffs.std(ddof=1) / np.sqrt(2))
+    assert float(rows[("er", "resnet18")]["gcl_lead_mean"]) == pytest.approx(40.0 - 26.0)
+    assert rows[("er", "resnet18")]["gcl_lead_se"] == "" and rows[("gcl", "convnet")]["gcl_lead_seeds"] == ""
     markdown = open(os.path.join(output, "tables", "backbone.md"), encoding="utf-8").read()
-    assert "| Method | ConvNet ACC (↑) | ConvNet FGT (↓) | ResNet-18 ACC (↑) | ResNet-18 FGT (↓) | Preset's trunk |" \
-        in markdown
+    assert ("| Method | ConvNet ACC (↑) | ConvNet FGT (↓) | ResNet-18 ACC (↑) | ResNet-18 FGT (↓) "
+            "| GCL − method, ConvNet ACC (paired by seed) | GCL − method, ResNet-18 ACC (paired by seed) "
+            "| Preset's trunk |") in markdown
     _, gcl_mean, gcl_std = stats("gcl")
     _, er_mean, er_std = stats("er")
     _, erc_mean, erc_std = stats("er-convnet")
     assert (f"| GCL | {gcl_mean:.2f} ± {gcl_std:.2f} (n=3) | {100 - gcl_mean:.2f} ± {gcl_std:.2f} (n=3) "
-            f"| 40.00 (n=1) | 60.00 (n=1) | ConvNet |") in markdown
+            f"| 40.00 (n=1) | 60.00 (n=1) |  |  | ConvNet |") in markdown
     assert (f"| ER | {erc_mean:.2f} ± {erc_std:.2f} (n=2) | {100 - erc_mean:.2f} ± {erc_std:.2f} (n=2) "
             f"| {er_mean:.2f} ± {er_std:.2f} (n=3) | {100 - er_mean:.2f} ± {er_std:.2f} (n=3) "
-            "| ResNet-18 |") in markdown
+            f"| {convnet_diffs.mean():+.2f} ± {convnet_diffs.std(ddof=1) / np.sqrt(2):.2f} (s.e., 2 seeds) "
+            "| +14.00 (1 seed) | ResNet-18 |") in markdown
     assert "tables/backbone.csv" in open(os.path.join(output, "README.md"), encoding="utf-8").read()
+
+
+def test_backbone_table_compares_with_gcl_on_its_own_trunk_before_gcl_has_a_backbone_run(tmp_path):
+    """GCL is every row's reference: with backbone runs of other methods only, its row holds its
+    main runs on its preset's trunk (the ConvNet), and the methods run there get its lead; on the
+    ResNet-18, where GCL has not run, '-'. Finetune (no backbone run) stays out."""
+    from gcl_tf.benchmark import layout, tables
+
+    output = str(tmp_path / "suite")
+    fake_backbone_suite(output, {("gcl", 0): 50.0, ("gcl", 1): 48.0, ("er", 0): 25.0, ("er-convnet", 0): 38.0,
+                                 ("er-convnet", 1): 41.0})
+    markdown, _ = tables.backbone_table(layout.collect(output))
+    assert "| GCL | 49.00 ± 1.41 (n=2) | 51.00 ± 1.41 (n=2) | - | - |  |  | ConvNet |" in markdown
+    assert ("| ER | 39.50 ± 2.12 (n=2) | 60.50 ± 2.12 (n=2) | 25.00 (n=1) | 75.00 (n=1) "
+            "| +9.50 ± 2.50 (s.e., 2 seeds) | - | ResNet-18 |") in markdown
+    assert "Finetune" not in markdown
 
 
 def test_no_backbone_table_without_a_backbone_variant(tmp_path):

@@ -304,11 +304,13 @@ def memory_table(runs) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- backbone study
 def backbone_runs(runs) -> dict:
-    """{benchmark: {(method, trunk): [runs]}} for the methods with a backbone-study run
-    (``<method>-<trunk>``) on a benchmark: those runs, and the method's main runs under the trunk
-    of their preset (``layout.trunk_of``; a preset on another trunk is left out)."""
+    """{benchmark: {(method, trunk): [runs]}} on the benchmarks with a backbone-study run
+    (``<method>-<trunk>``), for the methods with one and for GCL (the method each row is compared
+    with): those runs, and the methods' main runs under the trunk of their preset
+    (``layout.trunk_of``; a preset on another trunk is left out)."""
     variants = {layout.backbone_variant(r.method, t): t for r in runs for t in layout.BACKBONES}
     studied = {(r.benchmark, r.method) for r in runs if r.variant in variants}
+    studied |= {(b, "gcl") for b, _ in studied}
     out = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if (run.benchmark, run.method) not in studied:
@@ -320,29 +322,39 @@ def backbone_runs(runs) -> dict:
 
 
 def backbone_table(runs) -> tuple[str, str]:
-    """Methods x trunks on each benchmark of the backbone study: ACC and FGT, mean ± std (n)."""
+    """Methods x trunks on each benchmark of the backbone study: ACC and FGT, mean ± std (n), and
+    on each trunk GCL's ACC lead over the method, paired by seed (mean difference ± its standard
+    error over the seeds both ran on that trunk)."""
     md_parts, csv_rows = [], []
     for b, groups in sorted(backbone_runs(runs).items()):
         stats = {key: {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
                  for key, group in groups.items()}
+        leads = {(m, t): change_vs_full(group, groups[("gcl", t)], "acc")
+                 for (m, t), group in groups.items() if m != "gcl" and ("gcl", t) in groups}
         trunks = [t for t in layout.BACKBONES if any(key[1] == t for key in groups)]
         methods = sorted({m for (m, _) in groups}, key=method_sort_key)
-        header = ["Method"] + [f"{layout.BACKBONES[t][0]} {label}" for t in trunks for _, label in METRICS]
+        header = (["Method"] + [f"{layout.BACKBONES[t][0]} {label}" for t in trunks for _, label in METRICS]
+                  + [f"GCL − method, {layout.BACKBONES[t][0]} ACC (paired by seed)" for t in trunks])
         rows = []
         for m in methods:
             cells = [fmt(*stats[(m, t)][k], show_n=True) if (m, t) in stats else "-"
                      for t in trunks for k, _ in METRICS]
+            lead = ["" if m == "gcl" else fmt_change(*leads[(m, t)]) if (m, t) in leads else "-" for t in trunks]
             own = [t for t in trunks if (m, t) in groups and groups[(m, t)][0].is_main]
-            rows.append([method_label(m), *cells, layout.BACKBONES[own[0]][0] if own else "-"])
+            rows.append([method_label(m), *cells, *lead, layout.BACKBONES[own[0]][0] if own else "-"])
         keys = "; ".join(f"{layout.BACKBONES[t][0]}: " + ", ".join(layout.backbone_overrides(t)) for t in trunks)
         md_parts.append(f"**Backbones on {benchmark_label(b)}** (%, mean ± sample std over the seeds (n)): each "
                         f"method's preset with only the trunk replaced ({keys}); on the preset's trunk, its main "
-                        "run.\n\n" + _markdown(header + ["Preset's trunk"], rows))
+                        "run. GCL's lead: its ACC minus the method's on the same trunk, the mean of the per-seed "
+                        "differences ± its standard error (`-`: GCL or the method not run on that trunk).\n\n"
+                        + _markdown(header + ["Preset's trunk"], rows))
         for (m, t) in sorted(groups, key=lambda k: (method_sort_key(k[0]), list(layout.BACKBONES).index(k[1]))):
             st = stats[(m, t)]
+            lead = leads.get((m, t), (float("nan"), float("nan"), 0))
             csv_rows.append([b, m, t, groups[(m, t)][0].variant, st["acc"][2], _num(st["acc"][0]), _num(st["acc"][1]),
-                             _num(st["fgt"][0]), _num(st["fgt"][1])])
-    header = ["benchmark", "method", "backbone", "variant", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std"]
+                             _num(st["fgt"][0]), _num(st["fgt"][1]), lead[2] or "", _num(lead[0]), _num(lead[1])])
+    header = ["benchmark", "method", "backbone", "variant", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std",
+              "gcl_lead_seeds", "gcl_lead_mean", "gcl_lead_se"]
     return "\n".join(md_parts), _csv(header, csv_rows)
 
 
