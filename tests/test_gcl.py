@@ -1070,3 +1070,41 @@ def test_the_task_end_check_and_evaluation_log_no_tensorflow_warning(monkeypatch
         tf.get_logger().removeHandler(handler)
     assert [record.getMessage() for record in records] == []
     assert map_parallel_iterations() == 1 and tf.function(map_parallel_iterations)() == 4
+
+
+# ----------------------------------------------------------------------------- own_latent
+def test_own_latent_is_off_by_default_and_adds_the_images_own_term_to_every_graphs_logits(tmp_path):
+    """own_latent: the head reads [ReLU(Z), ReLU(l)] of each image: with deterministic graphs the
+    logits are penultimate(x) @ output_layer().kernel + bias, penultimate [N, 3H] (2H without it);
+    the own head learns (its gradient is not zero) and a saved learner keeps it. With the own
+    head's weights at 0 the predictions are the paper's head's."""
+    import gcl_tf
+
+    assert gcl.Config().own_latent is False  # the paper's head stays the default
+    paper, stream = _small_gcl(stochastic_graphs=False)
+    assert paper.own_head is None
+    model, _ = _small_gcl(stochastic_graphs=False, own_latent=True)
+    model.fit(stream, verbose=0)
+    x, y = next(iter(stream))
+    features = model.penultimate(x).numpy()
+    assert features.shape == (10, 3 * 16)
+    layer = model.output_layer()
+    logits = features @ layer.kernel.numpy() + layer.bias.numpy()
+    log_probs = model.predict_log_probs(x, tf.ones([10], tf.bool)).numpy()
+    np.testing.assert_allclose(log_probs, tf.nn.log_softmax(logits).numpy(), rtol=1e-4, atol=1e-4)
+    with tf.GradientTape() as tape:
+        out = model.training_forward(x, tf.cast(y, tf.int32))
+    grad = tape.gradient(out["loss"], model.own_head.kernel)
+    assert grad is not None and float(tf.reduce_max(tf.abs(grad))) > 0
+    path = str(tmp_path / "learner.keras")
+    model.save(path)
+    loaded = gcl_tf.load_model(path)
+    assert loaded.own_latent and loaded.get_config()["own_latent"] is True
+    np.testing.assert_allclose(loaded.predict_log_probs(x, tf.ones([10], tf.bool)).numpy(), log_probs, rtol=1e-5,
+                               atol=1e-6)
+    without = model.predict_log_probs(x, tf.ones([10], tf.bool)).numpy()
+    model.own_head.kernel.assign(tf.zeros_like(model.own_head.kernel))
+    paper_head = tf.nn.log_softmax(features[:, :32] @ model.output_head.kernel.numpy() + layer.bias.numpy())
+    np.testing.assert_allclose(model.predict_log_probs(x, tf.ones([10], tf.bool)).numpy(), paper_head.numpy(),
+                               rtol=1e-4, atol=1e-4)
+    assert not np.allclose(without, paper_head.numpy(), atol=1e-3)  # the own term moved the predictions

@@ -52,6 +52,12 @@ class Config(MemoryMethodConfig):
     # same run (results.json: evaluations.one_sample for 1, evaluations.<k>_samples otherwise):
     # the paper's ablation column "one test sample" needs no training of its own. []: none.
     also_test_graph_samples: list[int] = field(default_factory=list)
+    # The output head also reads each image's own latent embedding (our extension, docs/gcl.md):
+    # logits = f_theta3(ReLU(Z)) + W_own ReLU(l), i.e. a linear head on [ReLU(Z), ReLU(l)]. A new
+    # class is then learned from the batch directly, as ER's head learns it, not only once the
+    # embeddings bring its images near the memory's few of it (a short stream's gap to ER).
+    # false: the paper (the head reads ReLU(Z) only).
+    own_latent: bool = False
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
     # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or

@@ -70,8 +70,9 @@ class GCL(Prediction, ContinualModel):
                  graph_lambda=50.0, regularize_below=1.0, kernel="rbf", kernel_width="median", kernel_start_edge=0.1,
                  context_temperature=1.0,
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
-                 stochastic_graphs=True, edge_memory="matrix", context_batch=None, regularize_self_pairs=True,
-                 fuse_regularizer=True, input_shape=None, seed=0, batch_size=None, eval_batch_size=None, name="gcl"):
+                 own_latent=False, stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 regularize_self_pairs=True, fuse_regularizer=True, input_shape=None, seed=0, batch_size=None,
+                 eval_batch_size=None, name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
         self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
@@ -97,6 +98,11 @@ class GCL(Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
+        # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
+        self.own_latent = bool(own_latent)
+        self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if own_latent else None
+        if self.own_head is not None:
+            self.own_head.build((None, hidden))
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
         # authors'; median: sqrt(H) until the first step with contexts sets it from the median
         # squared distance, :func:`median_kernel_width`).
@@ -182,10 +188,17 @@ class GCL(Prediction, ContinualModel):
         label_code = tf.matmul(label_histogram, self.label_encoder.kernel) + has_edges * self.label_encoder.bias
         return tf.concat([latent, label_code], axis=-1)
 
-    def classify(self, graph, values):
-        """f_theta3(ReLU(Z)) -> logits [..., K]."""
+    def classify(self, graph, values, own=None):
+        """f_theta3(ReLU(Z)) -> logits [..., rows, K], plus ``own`` [rows, K] (:meth:`own_logits`
+        of the rows' images, with ``own_latent``; None: nothing added)."""
         logits = float32(self.output_head(tf.nn.relu(self.aggregate(graph, values))))
-        return tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
+        logits = tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
+        return logits if own is None else logits + own
+
+    def own_logits(self, latents):
+        """``own_latent``: the head's term from each image's own latent embedding, W_own ReLU(l)
+        [N, K] (added to every graph sample's logits); None without it."""
+        return None if self.own_head is None else float32(self.own_head(tf.nn.relu(latents)))
 
     def call(self, x, training=False):
         """Logits of one test-time graph sample (``predict_log_probs`` averages many)."""
@@ -289,7 +302,7 @@ class GCL(Prediction, ContinualModel):
         log_k = tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
         logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
         values = self.context_values(tf.split(latents, [k, x.shape[0]])[0], context_labels, valid)  # [k, H + K + 1]
-        out = self.classify(graph, values)  # [k + T, K]
+        out = self.classify(graph, values, self.own_logits(latents))  # [k + T, K]
         context_out, target_out = tf.split(out, [k, x.shape[0]])
         context_ce = cross_entropy(context_labels, context_out)  # [k]
         target_ce = cross_entropy(y, target_out)  # [T]

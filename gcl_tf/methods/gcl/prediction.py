@@ -5,6 +5,7 @@ the penultimate features). Mixed into :class:`~gcl_tf.methods.gcl.model.GCL`."""
 from __future__ import annotations
 
 import sys
+import types
 
 import numpy as np
 import tensorflow as tf
@@ -89,8 +90,9 @@ class Prediction:
 
     def test_graphs(self, x, samples=None, seed=None):
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits
-        [N, M], the memory's values V and the logistic noise of the ``samples`` graphs [S, N, M]
-        (None with deterministic graphs)."""
+        [N, M], the memory's values V, the logistic noise of the ``samples`` graphs [S, N, M]
+        (None with deterministic graphs) and the images' own term of the logits [N, K] (None
+        without ``own_latent``)."""
         samples = self.test_graph_samples if samples is None else samples
         if not self.stochastic_graphs:
             samples = 1
@@ -103,7 +105,7 @@ class Prediction:
             u_c, values = self._contexts.get(self.memory_contexts)
         else:
             u_c, values = self.memory_contexts()
-        u_t, _ = self.embed(x, training=False)  # [N, H]
+        u_t, l_t = self.embed(x, training=False)  # [N, H] each
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         replicas = num_replicas()
         if not self.stochastic_graphs:
@@ -116,15 +118,15 @@ class Prediction:
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-        return logits_e, values, noise
+        return logits_e, values, noise, self.own_logits(l_t)
 
-    def log_probs_of_test_graphs(self, logits_e, values, noise, class_mask):
+    def log_probs_of_test_graphs(self, logits_e, values, noise, own, class_mask):
         """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K]."""
         if noise is None:
-            logits = self.classify(tf.sigmoid(logits_e)[None], values)  # [1, N, K]
+            logits = self.classify(tf.sigmoid(logits_e)[None], values, own)  # [1, N, K]
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
             logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, self.test_temperature, eps),
-                                                         values),
+                                                         values, own),
                                noise, parallel_iterations=map_parallel_iterations(),
                                fn_output_signature=tf.float32)  # [S, N, K]
         log_probs = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
@@ -142,8 +144,9 @@ class Prediction:
         expected graph: at a low test temperature an edge of probability 1e-5 samples to about 0.
         Runs on the device of the model's variables (the first replica's under a strategy)."""
         with tf.device(self.kernel_log_scale.value.device):
-            logits_e, values, noise = self.test_graphs(to_float(images))
-            log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, tf.ones([self.num_classes], tf.bool))
+            logits_e, values, noise, own = self.test_graphs(to_float(images))
+            log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, own,
+                                                      tf.ones([self.num_classes], tf.bool))
             predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32).numpy()
             graph = tf.sigmoid(logits_e) if noise is None else relaxed_bernoulli(logits_e, self.test_temperature,
                                                                                  noise[0])
@@ -207,11 +210,18 @@ class Prediction:
 
     def penultimate(self, x):
         """ReLU(Z), what the output head reads, with the expected test graph (Bernoulli means,
-        row-normalised) from ``x`` to the memory   [N, 2H]."""
+        row-normalised) from ``x`` to the memory   [N, 2H] (with ``own_latent`` [ReLU(Z),
+        ReLU(l)] [N, 3H], all the head reads)."""
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
-        u_t, _ = self.embed(x, training=False)  # [N, H]
+        u_t, l_t = self.embed(x, training=False)  # [N, H]
         graph = tf.sigmoid(edge_logits(u_t, u_c, self.kernel_log_scale))  # [N, M]
-        return tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels, self.memory.filled())))
+        z = tf.nn.relu(self.aggregate(graph, self.context_values(l_c, self.memory.labels, self.memory.filled())))
+        return z if self.own_head is None else tf.concat([z, tf.nn.relu(l_t)], axis=-1)
 
     def output_layer(self):
-        return self.output_head
+        """The linear layer on :meth:`penultimate`: the output head, or with ``own_latent`` its
+        kernel stacked on the own head's ([3H, K]; the bias is the output head's)."""
+        if self.own_head is None:
+            return self.output_head
+        return types.SimpleNamespace(kernel=tf.concat([self.output_head.kernel, self.own_head.kernel], axis=0),
+                                     bias=self.output_head.bias)
