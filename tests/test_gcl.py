@@ -1108,3 +1108,29 @@ def test_own_latent_is_off_by_default_and_adds_the_images_own_term_to_every_grap
     np.testing.assert_allclose(model.predict_log_probs(x, tf.ones([10], tf.bool)).numpy(), paper_head.numpy(),
                                rtol=1e-4, atol=1e-4)
     assert not np.allclose(without, paper_head.numpy(), atol=1e-3)  # the own term moved the predictions
+
+
+def test_own_latent_adds_its_term_to_each_sampled_test_graph():
+    """With sampled test graphs (the default): the prediction is the average over the samples of
+    log_softmax(f3(ReLU(Z_s)) + W_own ReLU(l)); with W_own = 0 it is the paper's head's."""
+    from gcl_tf.methods.gcl.graph import average_log_probs, relaxed_bernoulli
+
+    model, stream = _small_gcl(own_latent=True, test_graph_samples=3)
+    model.fit(stream, verbose=0)
+    x = next(iter(stream))[0]
+    mask = tf.ones([10], tf.bool)
+    logits_e, values, noise, own = model.test_graphs(x, seed=(3, 4))
+    assert noise.shape == (3, 10, 20) and own.shape == (10, 10)
+    by_hand = average_log_probs(tf.stack([
+        tf.nn.log_softmax(model.classify(relaxed_bernoulli(logits_e, model.test_temperature, eps), values) + own)
+        for eps in noise]))
+    got = model.log_probs_of_test_graphs(logits_e, values, noise, own, mask)
+    np.testing.assert_allclose(got.numpy(), by_hand.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(model.predict_log_probs(x, mask, seed=(3, 4)).numpy(), got.numpy(), rtol=1e-5,
+                               atol=1e-6)
+    model.own_head.kernel.assign(tf.zeros_like(model.own_head.kernel))
+    np.testing.assert_allclose(model.predict_log_probs(x, mask, seed=(3, 4)).numpy(),
+                               model.log_probs_of_test_graphs(logits_e, values, noise, None, mask).numpy(),
+                               rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got.numpy(), model.log_probs_of_test_graphs(logits_e, values, noise, None, mask).numpy(),
+                           atol=1e-3)
