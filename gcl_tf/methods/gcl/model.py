@@ -99,7 +99,6 @@ class GCL(Prediction, ContinualModel):
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
         # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
-        self.own_latent = bool(own_latent)
         self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if own_latent else None
         if self.own_head is not None:
             self.own_head.build((None, hidden))
@@ -194,6 +193,11 @@ class GCL(Prediction, ContinualModel):
         logits = float32(self.output_head(tf.nn.relu(self.aggregate(graph, values))))
         logits = tf.reshape(logits, tf.concat([tf.shape(graph)[:-1], [self.num_classes]], 0))
         return logits if own is None else logits + own
+
+    @property
+    def own_latent(self) -> bool:
+        """Whether the head also reads each image's own latent embedding (``own_latent``)."""
+        return self.own_head is not None
 
     def own_logits(self, latents):
         """``own_latent``: the head's term from each image's own latent embedding, W_own ReLU(l)
