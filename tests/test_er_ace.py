@@ -50,7 +50,7 @@ def er_ace_step(W, b, x, y, xm, ym):
 def test_one_update_matches_the_hand_computation():
     import tensorflow as tf
 
-    from gcl_tf.methods.er_ace import present_classes
+    from gcl_tf.methods.base import present_classes
 
     np.testing.assert_array_equal(present_classes(tf.constant([3, 0, 3]), K).numpy(), [True, False, False, True])
     model = linear_er_ace()

@@ -1134,3 +1134,39 @@ def test_own_latent_adds_its_term_to_each_sampled_test_graph():
                                rtol=1e-4, atol=1e-5)
     assert not np.allclose(got.numpy(), model.log_probs_of_test_graphs(logits_e, values, noise, None, mask).numpy(),
                            atol=1e-3)
+
+
+# ----------------------------------------------------------------------------- target_loss
+def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
+    """target_loss: present (ER-ACE's asymmetric cross-entropy for the incoming batch): the
+    targets' cross-entropy is over the classes in the batch only. With the context and graph
+    terms off, the loss's gradient on the output biases of the classes absent from the batch is
+    zero (with ``all``, the paper, it pushes them down), the loss is below ``all``'s on the same
+    state, and a batch holding every class gives both the same loss."""
+    import gcl_tf
+
+    assert gcl.Config().target_loss == "all" and gcl_tf.GCL(num_classes=3, input_shape=(4,)).target_loss == "all"
+    from gcl_tf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="GCL.target_loss: 'some' is not allowed; allowed: all, present"):
+        gcl_tf.GCL(num_classes=3, input_shape=(4,), target_loss="some")
+    model, stream = _small_gcl(stochastic_graphs=False, context_lambda=0.0, graph_lambda=0.0, own_latent=True,
+                               target_loss="present")
+    model.fit(stream, verbose=0)
+    x = next(iter(stream))[0]
+
+    def loss_and_bias_gradient(target_loss, labels):
+        model.target_loss = target_loss
+        with tf.GradientTape() as tape:
+            out = model.training_forward(x, tf.constant(labels, tf.int32))
+        return float(out["loss"]), tape.gradient(out["loss"], model.output_head.bias).numpy()
+
+    labels = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]  # classes 3-9 absent
+    present_loss, present_grad = loss_and_bias_gradient("present", labels)
+    all_loss, all_grad = loss_and_bias_gradient("all", labels)
+    assert np.all(present_grad[3:] == 0) and np.all(np.abs(present_grad[:3]) > 0)
+    assert np.all(all_grad[3:] > 0)  # the paper's loss lowers the absent classes' logits
+    assert 0 < present_loss < all_loss
+    every_class = list(range(10))
+    assert loss_and_bias_gradient("present", every_class)[0] == pytest.approx(
+        loss_and_bias_gradient("all", every_class)[0], rel=1e-6)

@@ -76,6 +76,11 @@ def mask_logits(logits, class_mask):
     return tf.where(class_mask, logits, tf.cast(NEG_INF, logits.dtype))
 
 
+def present_classes(labels, num_classes: int):
+    """[K] bool: the classes among ``labels`` (ER-ACE's and GCL's ``target_loss: present`` mask)."""
+    return tf.reduce_max(tf.one_hot(labels, num_classes), axis=0) > 0
+
+
 def cross_entropy(labels, logits):
     """Per-sample softmax cross-entropy [N], in float32 (logits of a mixed-precision layer are cast)."""
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=float32(logits))

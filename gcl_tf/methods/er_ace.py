@@ -21,7 +21,7 @@ import tensorflow as tf
 from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
-from gcl_tf.methods.base import cross_entropy, mask_logits
+from gcl_tf.methods.base import cross_entropy, mask_logits, present_classes
 from gcl_tf.methods.replay import global_count, logged, replica_share
 from gcl_tf.precision import float32
 
@@ -29,11 +29,6 @@ from gcl_tf.precision import float32
 @dataclass
 class Config(er.Config):  # memory_size, replay_batch_size (ER's)
     name: str = "er_ace"
-
-
-def present_classes(labels, num_classes: int):
-    """[K] bool: the classes among ``labels``."""
-    return tf.reduce_max(tf.one_hot(labels, num_classes), axis=0) > 0
 
 
 class ERACE(er.ER):

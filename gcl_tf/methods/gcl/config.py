@@ -58,6 +58,12 @@ class Config(MemoryMethodConfig):
     # embeddings bring its images near the memory's few of it (a short stream's gap to ER).
     # false: the paper (the head reads ReLU(Z) only).
     own_latent: bool = False
+    # The incoming batch's (the targets') cross-entropy (our extension, docs/gcl.md): all: over
+    # every class (the paper); present: over the classes present in the incoming batch only (the
+    # whole batch across replicas), ER-ACE's asymmetric cross-entropy (Caccia et al. 2022), so that
+    # a new class's images do not push the old classes' logits down. The contexts' cross-entropy
+    # stays over every class.
+    target_loss: Literal["all", "present"] = "all"
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
     # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or

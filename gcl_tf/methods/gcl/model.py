@@ -25,7 +25,7 @@ from gcl_tf import salts
 from gcl_tf.backbones import feature_size, mlp
 from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, num_replicas, replica_id
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
-from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits, present_classes
 from gcl_tf.methods.gcl.caches import ContextCache
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
@@ -70,7 +70,7 @@ class GCL(Prediction, ContinualModel):
                  graph_lambda=50.0, regularize_below=1.0, kernel="rbf", kernel_width="median", kernel_start_edge=0.1,
                  context_temperature=1.0,
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
-                 own_latent=False, stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 own_latent=False, target_loss="all", stochastic_graphs=True, edge_memory="matrix", context_batch=None,
                  regularize_self_pairs=True, fuse_regularizer=True, input_shape=None, seed=0, batch_size=None,
                  eval_batch_size=None, name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
@@ -98,6 +98,7 @@ class GCL(Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
+        self.target_loss = target_loss  # all (the paper) or present (checked against Config with the other keys)
         # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
         self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if own_latent else None
         if self.own_head is not None:
@@ -287,10 +288,12 @@ class GCL(Prediction, ContinualModel):
         stored = tf.gather(memory.edge_embeddings, slots)  # [k, H]
         return tf.stop_gradient(edge_logits(stored, stored, self.kernel_log_scale))
 
-    def training_forward(self, x, y, slots=None, valid=None):
+    def training_forward(self, x, y, slots=None, valid=None, present=None):
         """The differentiable part of a step (run it under a GradientTape).
 
-        ``slots, valid`` are the contexts (default: :meth:`select_contexts`). Returns the loss,
+        ``slots, valid`` are the contexts (default: :meth:`select_contexts`); ``present`` [K] bool,
+        with ``target_loss: present``, the classes of the whole incoming batch (default: those of
+        ``y``, the batch of one device) over which the targets' cross-entropy is. Returns the loss,
         its terms, the edge embeddings ``u`` [k + T, H] and logits between all images
         [k + T, k + T] (contexts first), the per-context cross-entropies [k] and the
         regularised-context mask m [k].
@@ -309,6 +312,9 @@ class GCL(Prediction, ContinualModel):
         out = self.classify(graph, values, self.own_logits(latents))  # [k + T, K]
         context_out, target_out = tf.split(out, [k, x.shape[0]])
         context_ce = cross_entropy(context_labels, context_out)  # [k]
+        if self.target_loss == "present":  # ER-ACE's asymmetric cross-entropy for the incoming batch
+            present = present_classes(y, self.num_classes) if present is None else present
+            target_out = mask_logits(target_out, present)
         target_ce = cross_entropy(y, target_out)  # [T]
         valid_f = tf.cast(valid, tf.float32)
         num_valid = tf.maximum(tf.reduce_sum(valid_f), 1.0)
@@ -352,7 +358,8 @@ class GCL(Prediction, ContinualModel):
         # global batch is gathered first, the gradients are reduced, then the memory inputs.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
         with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
-            out = self.training_forward(x, y, slots, valid)
+            present = present_classes(stream_y, self.num_classes) if self.target_loss == "present" else None
+            out = self.training_forward(x, y, slots, valid, present)
         # The first batch has no valid context and a zero loss: it only fills the memory, and the
         # optimizer skips the step whole (the authors' code does not step it), so its step count
         # does not advance and the first update is Adam's step 1.
