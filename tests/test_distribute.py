@@ -36,6 +36,8 @@ MIRRORED = textwrap.dedent("""\
     for method in sys.argv[3].split(","):
         small = [f"method.{k}={v}" for k, v in methods.method_class(method).test_settings.items()
                  if method != "gcl" or k != "memory_size"]  # (GCL's: the preset's)
+        if method == "gcl":  # with its extensions: the head's own term, the loss over the global batch's classes
+            small += ["method.own_latent=true", "method.target_loss=present"]
         for mode in ("none", "mirrored"):
             config = config_lib.load_config(config_path, [f"method.name={method}", f"train.distribute={mode}",
                                                           "train.devices=[/cpu:0, /cpu:1]", *small])
