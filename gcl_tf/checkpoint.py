@@ -113,7 +113,7 @@ def check_resumable(output_dir: str, config) -> list[str]:
         raise NotResumable(f"{saved_path} is missing, so the run's config cannot be checked",
                            "start a new run in another --output")
     try:
-        saved = config_lib.load_config(saved_path).to_dict()
+        saved = config_lib.load_saved_config(saved_path).to_dict()
     except UserError as error:
         raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
                            "start a new run in another --output") from None

@@ -354,15 +354,34 @@ def describe_differences(before: dict, after: dict, ignored=()) -> str:
     return "; ".join(shown[:3]) + ("; ..." if len(shown) > 3 else "")
 
 
+def with_former_defaults(saved: dict) -> dict:
+    """A config dictionary an earlier run saved, with each key of its method's ``former_defaults``
+    (keys whose default changed since) that it lacks set to that former default: the run, saved
+    before the key or its new default existed, ran with it. (A config saved since holds every key.)"""
+    saved = copy.deepcopy(saved)
+    method = saved.get("method")
+    if isinstance(method, dict) and method.get("name") in methods.REGISTRY:
+        former = getattr(methods.config_class(method["name"]), "former_defaults", {})
+        for key, value in former.items():
+            method.setdefault(key, value)
+    return saved
+
+
 def saved_as_today(saved: dict) -> dict:
     """A config dictionary an earlier run or search saved, read through today's keys, as
     ``--resume`` reads a run's config.yaml: a key added since takes its default (a new key's
-    default keeps the behaviour the run had). As saved when it no longer resolves (a key removed
-    since), so that a comparison names that key."""
+    default keeps the behaviour the run had), a key whose default changed since its former one
+    (:func:`with_former_defaults`). As saved when it no longer resolves (a key removed since), so
+    that a comparison names that key."""
     try:
-        return resolve(copy.deepcopy(saved)).to_dict()
+        return resolve(with_former_defaults(saved)).to_dict()
     except ConfigError:
         return saved
+
+
+def load_saved_config(path: str) -> Config:
+    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`)."""
+    return resolve(with_former_defaults(load_yaml(path)))
 
 
 def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:

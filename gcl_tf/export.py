@@ -107,7 +107,7 @@ def load_run(run_dir: str, allow_unfinished: bool = False):
 
     check_run_dir(run_dir)
     config_path, info_path = os.path.join(run_dir, CONFIG), os.path.join(run_dir, MODEL_INFO)
-    config = config_lib.load_config(config_path)
+    config = config_lib.load_saved_config(config_path)
     try:
         info = read_json(info_path)
         input_shape, num_classes = tuple(int(d) for d in info["input_shape"]), int(info["num_classes"])

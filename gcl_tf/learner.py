@@ -93,7 +93,7 @@ def check_init_from(config, benchmark, output_dir: str) -> dict:
     run_dir = config.init_from
     path = check_init_folder(run_dir, output_dir)
     try:
-        saved = config_lib.load_config(os.path.join(run_dir, CONFIG))
+        saved = config_lib.load_saved_config(os.path.join(run_dir, CONFIG))
         info = read_json(os.path.join(run_dir, MODEL_INFO))
     except (UserError, OSError, ValueError) as error:
         raise UserError(f"init_from: cannot read the run's config.yaml and model.json in {run_dir} ({error})") from None

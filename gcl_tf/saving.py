@@ -123,6 +123,10 @@ class LearnerSaving:
         from gcl_tf.precision import policy_scope
 
         config = dict(config)
+        # A learner saved before a key's default changed lacks the key: it ran with the former
+        # default (a method class's ``former_defaults``, its Config's).
+        for key, value in getattr(cls, "former_defaults", {}).items():
+            config.setdefault(key, value)
         policy = config.pop("dtype_policy", "float32")
         if isinstance(config.get("backbone"), dict):
             config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"],

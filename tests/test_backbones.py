@@ -123,5 +123,6 @@ def test_torch_initializer_draws_pytorchs_default_where_keras_default_was(name, 
             bias = layer.bias.numpy()
             assert np.abs(bias).max() <= bound and np.any(bias != 0)
             assert not np.any(before.bias.numpy())  # Keras's zero bias
-    # ResNet-18: stem, 16 block convolutions, 3 shortcuts, the logits; ConvNet: GCL's 4 heads; MLP: 2 + logits.
-    assert redrawn == {"resnet18": 21, "convnet": 4, "mlp": 3}[backbone]
+    # ResNet-18: stem, 16 block convolutions, 3 shortcuts, the logits; ConvNet: GCL's 4 heads and its own
+    # head (own_latent, a default); MLP: 2 + logits.
+    assert redrawn == {"resnet18": 21, "convnet": 5, "mlp": 3}[backbone]

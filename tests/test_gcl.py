@@ -30,6 +30,11 @@ def make_config(**method):
     return config_lib.resolve(raw)
 
 
+# The paper's head and loss (the defaults add our own_latent and target_loss present): for the
+# tests that compare with the paper's formulation written out by hand.
+PAPER_HEAD = {"own_latent": False, "target_loss": "all"}
+
+
 def make_model(**method):
     config = make_config(**method)
     model = methods.build(config, (8, 8, 1), 10)
@@ -494,7 +499,7 @@ def test_logit_of_exp_gradient_matches_finite_differences():
 def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
     """The masked [M, ...] step computes what a straightforward step on the C filled contexts
     computes (deterministic graphs so that no noise is involved): loss and gradients."""
-    model = make_model(stochastic_graphs=False, graph_lambda=7.0, context_lambda=0.6)
+    model = make_model(stochastic_graphs=False, graph_lambda=7.0, context_lambda=0.6, **PAPER_HEAD)
     for x, y in batches(2, seed=21):  # 20 of 30 slots filled
         model.train_step((x, y))
     x, y = next(batches(1, seed=22))
@@ -712,7 +717,7 @@ def test_memory_contexts_are_computed_once_per_evaluation_scope(tmp_path):
 def test_prediction_is_the_mean_of_the_per_sample_distributions():
     """predict_log_probs with S samples equals averaging S explicit graph samples drawn with the
     same noise, each aggregated and classified on its own."""
-    model = make_model(test_graph_samples=4)
+    model = make_model(test_graph_samples=4, **PAPER_HEAD)
     for x, y in batches(4, seed=2):
         model.train_step((x, y))
     x, _ = next(batches(1, seed=9))
@@ -994,9 +999,9 @@ def test_the_warning_names_a_trunk_the_kernel_does_not_suit_and_not_a_sparse_gra
     sparse start (kernel_start_edge 1e-5, as the searches of docs/tuning.md chose: all but a few
     edges below 0.01) learns every task (ACC about 49) and is not warned about."""
     capsys.readouterr()
-    assert _split_digits_acc("mlp", 0, kernel_start_edge=1e-5) > 40
+    assert _split_digits_acc("mlp", 0, kernel_start_edge=1e-5, **PAPER_HEAD) > 40
     assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: gcl:")]
-    assert _split_digits_acc("cnn", 0, kernel_width=None) < 20
+    assert _split_digits_acc("cnn", 0, kernel_width=None, **PAPER_HEAD) < 20
     lines = capsys.readouterr().err.splitlines()
     warned = [line for line in lines if line.startswith("warning: gcl:")]
     assert len(warned) == 1 and "after task 2" in warned[0] and "of the memory alike" in warned[0], lines
@@ -1073,15 +1078,15 @@ def test_the_task_end_check_and_evaluation_log_no_tensorflow_warning(monkeypatch
 
 
 # ----------------------------------------------------------------------------- own_latent
-def test_own_latent_is_off_by_default_and_adds_the_images_own_term_to_every_graphs_logits(tmp_path):
+def test_own_latent_adds_the_images_own_term_to_every_graphs_logits(tmp_path):
     """own_latent: the head reads [ReLU(Z), ReLU(l)] of each image: with deterministic graphs the
     logits are penultimate(x) @ output_layer().kernel + bias, penultimate [N, 3H] (2H without it);
     the own head learns (its gradient is not zero) and a saved learner keeps it. With the own
     head's weights at 0 the predictions are the paper's head's."""
     import gcl_tf
 
-    assert gcl.Config().own_latent is False  # the paper's head stays the default
-    paper, stream = _small_gcl(stochastic_graphs=False)
+    assert gcl.Config().own_latent is True  # our default since issue 33 (the paper's head: false)
+    paper, stream = _small_gcl(stochastic_graphs=False, own_latent=False)
     assert paper.own_head is None
     model, _ = _small_gcl(stochastic_graphs=False, own_latent=True)
     model.fit(stream, verbose=0)
@@ -1145,7 +1150,7 @@ def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
     state, and a batch holding every class gives both the same loss."""
     import gcl_tf
 
-    assert gcl.Config().target_loss == "all" and gcl_tf.GCL(num_classes=3, input_shape=(4,)).target_loss == "all"
+    assert gcl.Config().target_loss == "present" == gcl_tf.GCL(num_classes=3, input_shape=(4,)).target_loss
     from gcl_tf.errors import ConfigError
 
     with pytest.raises(ConfigError, match="GCL.target_loss: 'some' is not allowed; allowed: all, present"):
@@ -1170,3 +1175,38 @@ def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
     every_class = list(range(10))
     assert loss_and_bias_gradient("present", every_class)[0] == pytest.approx(
         loss_and_bias_gradient("all", every_class)[0], rel=1e-6)
+
+
+def test_a_config_or_learner_saved_before_the_defaults_changed_reads_back_as_it_ran(tmp_path):
+    """own_latent and target_loss became true / present in issue 33: a config.yaml or learner saved
+    before lacks them and ran with the paper's false / all, which is how it reads back (resume,
+    the suite's finished-run check, export, keras load); a user's config without them gets today's
+    defaults, and a config saved since holds them both."""
+    import yaml
+
+    import gcl_tf
+    from gcl_tf import config as config_lib
+
+    assert gcl.Config.former_defaults == {"own_latent": False, "target_loss": "all"}
+    user = config_lib.resolve({"method": {"name": "gcl"}})
+    assert user.method.own_latent is True and user.method.target_loss == "present"
+    saved = user.to_dict()
+    assert saved["method"]["own_latent"] is True and saved["method"]["target_loss"] == "present"
+    before = user.to_dict()
+    del before["method"]["own_latent"], before["method"]["target_loss"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(before))
+    for read in (config_lib.load_saved_config(str(path)).to_dict(), config_lib.saved_as_today(before)):
+        assert read["method"]["own_latent"] is False and read["method"]["target_loss"] == "all"
+    assert config_lib.saved_as_today(saved) == saved  # saved since: as saved
+    er = config_lib.resolve({"method": {"name": "er"}}).to_dict()
+    assert config_lib.with_former_defaults(er) == er  # another method's keys are left alone
+
+    model, _ = _small_gcl()
+    assert model.own_head is not None and model.target_loss == "present"
+    learner = model.get_config()
+    restored = gcl_tf.GCL.from_config(learner)
+    assert restored.own_head is not None and restored.target_loss == "present"
+    del learner["own_latent"], learner["target_loss"]
+    old = gcl_tf.GCL.from_config(learner)
+    assert old.own_head is None and old.target_loss == "all"

@@ -14,6 +14,8 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
     from gcl_tf import methods
 
     method_section = {"name": method, **method_keys}
+    if method == "gcl":  # the paper's head and loss, the math of the PyTorch anchors, unless asked otherwise
+        method_section = {"own_latent": False, "target_loss": "all", **method_section}
     if memory is not None:
         method_section["memory_size"] = memory
     config = config_lib.resolve({

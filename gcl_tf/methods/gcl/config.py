@@ -3,7 +3,7 @@ their ranges and the paper's defaults, and the rules between them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import ClassVar, Literal, Optional, Union
 
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, value_range
@@ -57,13 +57,16 @@ class Config(MemoryMethodConfig):
     # class is then learned from the batch directly, as ER's head learns it, not only once the
     # embeddings bring its images near the memory's few of it (a short stream's gap to ER).
     # false: the paper (the head reads ReLU(Z) only).
-    own_latent: bool = False
-    # The incoming batch's (the targets') cross-entropy (our extension, docs/gcl.md): all: over
-    # every class (the paper); present: over the classes present in the incoming batch only (the
-    # whole batch across replicas), ER-ACE's asymmetric cross-entropy (Caccia et al. 2022), so that
-    # a new class's images do not push the old classes' logits down. The contexts' cross-entropy
-    # stays over every class.
-    target_loss: Literal["all", "present"] = "all"
+    own_latent: bool = True
+    # The incoming batch's (the targets') cross-entropy (our extension, docs/gcl.md): present: over
+    # the classes present in the incoming batch only (the whole batch across replicas), ER-ACE's
+    # asymmetric cross-entropy (Caccia et al. 2022), so that a new class's images do not push the
+    # old classes' logits down (with own_latent, the own head then does not forget as ER's does);
+    # all: over every class (the paper). The contexts' cross-entropy stays over every class.
+    target_loss: Literal["all", "present"] = "present"
+    # Keys whose default changed, with the value they had before: a config or learner saved
+    # before the change, which lacks the key, ran with that value, and reads back so.
+    former_defaults: ClassVar[dict] = {"own_latent": False, "target_loss": "all"}
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
     # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or

@@ -27,6 +27,7 @@ from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, n
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits, present_classes
 from gcl_tf.methods.gcl.caches import ContextCache
+from gcl_tf.methods.gcl.config import Config
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
     context_graph_regularizer,
@@ -61,6 +62,7 @@ class GCL(Prediction, ContinualModel):
     """
 
     supports_distribution = True
+    former_defaults = Config.former_defaults  # a learner saved before lacks these keys (LearnerSaving.from_config)
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
     tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
                  "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
@@ -70,7 +72,8 @@ class GCL(Prediction, ContinualModel):
                  graph_lambda=50.0, regularize_below=1.0, kernel="rbf", kernel_width="median", kernel_start_edge=0.1,
                  context_temperature=1.0,
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
-                 own_latent=False, target_loss="all", stochastic_graphs=True, edge_memory="matrix", context_batch=None,
+                 own_latent=True, target_loss="present", stochastic_graphs=True, edge_memory="matrix",
+                 context_batch=None,
                  regularize_self_pairs=True, fuse_regularizer=True, input_shape=None, seed=0, batch_size=None,
                  eval_batch_size=None, name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
