@@ -60,7 +60,7 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
     from gcl_tf import train
 
     if isinstance(config_or_path, (str, os.PathLike)):
-        raw = config_lib.load_yaml(os.fspath(config_or_path))
+        raw = config_lib.read_config(os.fspath(config_or_path))
     elif isinstance(config_or_path, config_lib.Config):
         raw = config_or_path.to_dict()
     else:

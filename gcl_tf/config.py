@@ -379,6 +379,26 @@ def saved_as_today(saved: dict) -> dict:
         return saved
 
 
+# What a run folder (``python -m gcl_tf.train``) or a search folder (``python -m gcl_tf.tune``) holds beside
+# the config.yaml / best_config.yaml it saved.
+SAVED_BESIDE = ("model.json", "results.json", "checkpoints", "learner.keras", "best.json", "search.json")
+
+
+def saved_by_gcl_tf(path: str) -> bool:
+    """Whether the YAML file at ``path`` is one a run or a search saved: its folder holds that run's
+    or search's other files (:data:`SAVED_BESIDE`)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return any(os.path.exists(os.path.join(folder, name)) for name in SAVED_BESIDE)
+
+
+def read_config(path: str) -> dict:
+    """A config file's mapping; a file a run or search saved (:func:`saved_by_gcl_tf`) as that run
+    ran (:func:`with_former_defaults`), so that ``--config RUN/config.yaml`` (``--resume``, a rerun
+    elsewhere) trains what that run trained even when a default changed since."""
+    raw = load_yaml(path)
+    return with_former_defaults(raw) if saved_by_gcl_tf(path) else raw
+
+
 def load_saved_config(path: str) -> Config:
     """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`)."""
     return resolve(with_former_defaults(load_yaml(path)))
@@ -386,7 +406,7 @@ def load_saved_config(path: str) -> Config:
 
 def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:
     """The config of a YAML file and ``--set`` overrides (``method_keys``: see :func:`resolve`)."""
-    raw = load_yaml(path) if path else {}
+    raw = read_config(path) if path else {}
     return resolve(raw, overrides, method_keys)
 
 

@@ -64,6 +64,32 @@ def test_mir_has_a_preset_with_ers_memory_trunk_and_learning_rate(name):
     assert mir.method.candidates == 50 and mir.method.replay_batch_size is None  # the authors' 50; k: the batch
 
 
+GCL_PRESETS = [name for name, method in CASES if method == "gcl"]
+SEARCHES = sorted(glob.glob(os.path.join(REPO, "docs", "results", "search", "*", "best_config.yaml")))
+
+
+@pytest.mark.parametrize("name", GCL_PRESETS)
+def test_every_shipped_gcl_preset_names_the_papers_head_and_loss(name):
+    """The constructor's defaults became own_latent: true, target_loss: present (issue 33); every
+    shipped preset (the paper's benchmarks, the quickstart) names the paper's false / all in its
+    file, so that every committed result still means the model it ran."""
+    with open(os.path.join(REPO, "configs", name + ".yaml"), encoding="utf-8") as handle:
+        preset = yaml.safe_load(handle)["presets"]["gcl"]
+    method = preset.get("method", {})
+    assert (method.get("own_latent"), method.get("target_loss")) == (False, "all"), name
+    loaded = load(name, "gcl").method
+    assert (loaded.own_latent, loaded.target_loss) == (False, "all")
+
+
+@pytest.mark.parametrize("path", [p for p in SEARCHES if "gcl" in os.path.basename(os.path.dirname(p))],
+                         ids=lambda p: os.path.basename(os.path.dirname(p)))
+def test_every_shipped_gcl_search_result_names_the_head_it_searched(path):
+    """A search's best_config.yaml, given as --config, trains the paper's head it searched; its file says so."""
+    with open(path, encoding="utf-8") as handle:
+        method = yaml.safe_load(handle)["method"]
+    assert method["name"] == "gcl" and (method["own_latent"], method["target_loss"]) == (False, "all")
+
+
 # benchmark -> (protocol, dataset, source, tasks, memory, epochs, multi_head)
 PAPER = {
     "permuted_mnist": ("permuted", "mnist", "tfds", 20, 1000, 1, False),

@@ -1199,6 +1199,13 @@ def test_a_config_or_learner_saved_before_the_defaults_changed_reads_back_as_it_
     for read in (config_lib.load_saved_config(str(path)).to_dict(), config_lib.saved_as_today(before)):
         assert read["method"]["own_latent"] is False and read["method"]["target_loss"] == "all"
     assert config_lib.saved_as_today(saved) == saved  # saved since: as saved
+    # As --config: a file in a run's or search's folder reads as it ran, a user's own file with today's defaults.
+    assert config_lib.load_config(str(path)).method.own_latent is True
+    for beside in ("model.json", "best.json"):
+        (tmp_path / beside).write_text("{}")
+        read = config_lib.load_config(str(path)).method
+        assert read.own_latent is False and read.target_loss == "all"
+        (tmp_path / beside).unlink()
     er = config_lib.resolve({"method": {"name": "er"}}).to_dict()
     assert config_lib.with_former_defaults(er) == er  # another method's keys are left alone
 

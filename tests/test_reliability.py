@@ -493,6 +493,59 @@ def test_a_runs_saved_config_names_its_output_folder_and_resumes_there(tmp_path,
     assert not elsewhere.exists()
 
 
+@pytest.mark.slow
+def test_a_gcl_run_saved_before_the_defaults_changed_resumes_reruns_exports_and_seeds_runs_as_it_ran(
+        tmp_path, monkeypatch, capsys):
+    """GCL's own_latent / target_loss became true / present (issue 33); a run folder saved before holds
+    neither key in its config.yaml and ran the paper's head. ``--config RUN/config.yaml --resume``
+    continues it, the same file as ``--config`` of a new run trains that head again, export restores it,
+    and --init-from accepts a config naming that head and refuses one with today's defaults, naming the
+    key. A user's own config without the keys still gets today's defaults."""
+    import yaml
+
+    from gcl_tf import callbacks, export, train
+
+    paper_head = {"name": "gcl", "memory_size": 20, "test_graph_samples": 2, "own_latent": False,
+                  "target_loss": "all"}
+    config = write_config(tmp_path, {"method": paper_head, "benchmark": {"num_tasks": 2, "samples_per_task": 20},
+                                     "train": {"deterministic": True}})
+    out = tmp_path / "run"
+    after_task = callbacks.TaskEndEvaluation.on_train_end
+
+    def stop(self, logs=None):
+        after_task(self, logs)
+        if self.task_index == 1:
+            raise Crash()
+
+    monkeypatch.setattr(callbacks.TaskEndEvaluation, "on_train_end", stop)
+    with pytest.raises(Crash):
+        train.main(["--config", config, "--output", str(out)])
+    monkeypatch.setattr(callbacks.TaskEndEvaluation, "on_train_end", after_task)
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    del saved["method"]["own_latent"], saved["method"]["target_loss"]  # as a run saved before wrote it
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))
+
+    assert train.main(["--config", str(out / "config.yaml"), "--output", str(out), "--resume"]) == 0
+    results = results_of(out)
+    assert results["resumed_from_step"] == 2
+    assert results["config"]["method"]["own_latent"] is False and results["config"]["method"]["target_loss"] == "all"
+    model, _, _ = export.load_run(str(out))
+    assert model.own_head is None and model.target_loss == "all"
+
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))  # a finished run saved before, rerun elsewhere
+    assert train.main(["--config", str(out / "config.yaml"), "--output", str(tmp_path / "again")]) == 0
+    again = results_of(tmp_path / "again")
+    assert again["config"]["method"]["own_latent"] is False and again["config"]["method"]["target_loss"] == "all"
+    assert again["acc"] == results["acc"]  # the same run, trained again from its start
+
+    later = write_config(tmp_path, {"method": paper_head}, "later.yaml")
+    assert train.main(["--config", later, "--output", str(tmp_path / "later"), "--init-from", str(out)]) == 0
+    user = {k: v for k, v in paper_head.items() if k not in ("own_latent", "target_loss")}
+    mine = write_config(tmp_path, {"method": user}, "mine.yaml")
+    message = cli_error(["--config", mine, "--output", str(tmp_path / "mine"), "--init-from", str(out)], capsys)
+    assert "init_from: the config changes what the learner" in message and "method.own_latent" in message, message
+
+
 # ----------------------------------------------------------------------------- bad input
 def write_png_folder(root, sizes: dict):
     """root/{train,test}/<class>/0.png, 1.png (grayscale); ``sizes[(split, class)]`` = (h, w)."""

@@ -84,7 +84,7 @@ class Search:
 
     @classmethod
     def from_file(cls, path, overrides=(), **kwargs):
-        return cls(config_lib.load_yaml(path), overrides, **kwargs)
+        return cls(config_lib.read_config(path), overrides, **kwargs)
 
     def _resolve(self, values: dict, extra=()) -> config_lib.Config:
         overrides = self.overrides + list(extra) + [_set_text(k, v) for k, v in values.items()]
