@@ -195,7 +195,25 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     (step, steps/s, time left) about that often while a task trains; None: every
     PROGRESS_SECONDS when ``verbose`` and the output is not a terminal (a log file), else none.
     """
-    return train_model(config, output_dir, overwrite, verbose, benchmark, resume, progress_seconds).results
+    with op_determinism_restored():  # a deterministic run leaves the process as it found it
+        return train_model(config, output_dir, overwrite, verbose, benchmark, resume, progress_seconds).results
+
+
+@contextlib.contextmanager
+def op_determinism_restored():
+    """TensorFlow's op determinism (process-wide; ``train.deterministic`` turns it on) as it was before,
+    once the block ends: a later run in the same process (a notebook, a search's next trial) that is
+    not deterministic is not made so, and keeps ``jit_compile: auto``'s choice."""
+    from tensorflow.python.framework import config as tf_config  # (no public getter; Keras reads it)
+
+    before = tf_config.is_op_determinism_enabled()
+    try:
+        yield
+    finally:
+        if before and not tf_config.is_op_determinism_enabled():
+            tf_config.enable_op_determinism()
+        elif not before and tf_config.is_op_determinism_enabled():
+            tf_config.disable_op_determinism()
 
 
 def output_modes(config, verbose, progress_seconds) -> tuple:

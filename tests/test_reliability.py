@@ -447,6 +447,38 @@ def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path):
     assert (tmp_path / "b.md").stat().st_mode & 0o777 == 0o600
 
 
+def test_a_run_leaves_op_determinism_as_it_found_it(tmp_path, monkeypatch):
+    """train.deterministic turns TensorFlow's process-wide op determinism on for the run; a later run
+    in the same process (a notebook, the next trial of a search) is not made deterministic by it, and
+    a process the user made deterministic stays so."""
+    from tensorflow.python.framework import config as tf_config
+
+    from gcl_tf import train
+    from gcl_tf.config import resolve
+
+    tiny = {"benchmark": {"num_tasks": 1, "samples_per_task": 20}}
+    seen = []
+    real = train.train_model
+
+    def record(*args, **kwargs):
+        seen.append(tf_config.is_op_determinism_enabled())
+        out = real(*args, **kwargs)
+        seen.append(tf_config.is_op_determinism_enabled())
+        return out
+
+    monkeypatch.setattr(train, "train_model", record)
+    deterministic = resolve(_deep_update(TINY, {**tiny, "train": {"deterministic": True}}))
+    try:
+        assert not tf_config.is_op_determinism_enabled()
+        train.run(deterministic, str(tmp_path / "a"), verbose=0)
+        assert seen == [False, True] and not tf_config.is_op_determinism_enabled()
+        tf_config.enable_op_determinism()
+        train.run(resolve(_deep_update(TINY, tiny)), str(tmp_path / "b"), verbose=0)
+        assert tf_config.is_op_determinism_enabled()
+    finally:
+        tf_config.disable_op_determinism()
+
+
 def test_train_writes_results_through_the_atomic_writer(tmp_path, monkeypatch):
     from gcl_tf import task_loop, train
 
