@@ -25,7 +25,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
-from gcl_tf import methods
+from gcl_tf import methods, run_layout
 from gcl_tf.data.config import BenchmarkConfig, settle_color_mode
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import declared
@@ -379,16 +379,11 @@ def saved_as_today(saved: dict) -> dict:
         return saved
 
 
-# What a run folder (``python -m gcl_tf.train``) or a search folder (``python -m gcl_tf.tune``) holds beside
-# the config.yaml / best_config.yaml it saved.
-SAVED_BESIDE = ("model.json", "results.json", "checkpoints", "learner.keras", "best.json", "search.json")
-
-
 def saved_by_gcl_tf(path: str) -> bool:
     """Whether the YAML file at ``path`` is one a run or a search saved: its folder holds that run's
-    or search's other files (:data:`SAVED_BESIDE`)."""
+    or search's other files (:data:`gcl_tf.run_layout.SAVED_BESIDE_CONFIG`)."""
     folder = os.path.dirname(os.path.abspath(path))
-    return any(os.path.exists(os.path.join(folder, name)) for name in SAVED_BESIDE)
+    return any(os.path.exists(os.path.join(folder, name)) for name in run_layout.SAVED_BESIDE_CONFIG)
 
 
 def read_config(path: str) -> dict:

@@ -29,6 +29,13 @@ ARTIFACTS = "artifacts.npz"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 LOCK_FILE = "gcl_tf.lock"
+# A search's folder (``python -m gcl_tf.tune``, gcl_tf/tune) holds beside its trials' run folders:
+SEARCH_FILE = "search.json"  # what is searched
+BEST_CONFIG = "best_config.yaml"  # the best trial's config, ready for --config
+BEST_FILE = "best.json"  # every finished trial's values and validation ACC, best first
+# What a run's or a search's folder holds beside the config.yaml / best_config.yaml it saved
+# (config.saved_by_gcl_tf: a saved config reads as that run ran).
+SAVED_BESIDE_CONFIG = (MODEL_INFO, RESULTS, CHECKPOINTS, LEARNER, BEST_FILE, SEARCH_FILE)
 
 # Config keys (dotted; a section name covers the section) that do not change a run's results:
 # a run may be resumed, and a suite's or a search's finished run reused, with other values.

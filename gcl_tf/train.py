@@ -210,10 +210,8 @@ def op_determinism_restored():
     try:
         yield
     finally:
-        if before and not tf_config.is_op_determinism_enabled():
-            tf_config.enable_op_determinism()
-        elif not before and tf_config.is_op_determinism_enabled():
-            tf_config.disable_op_determinism()
+        if tf_config.is_op_determinism_enabled() != before:
+            (tf_config.enable_op_determinism if before else tf_config.disable_op_determinism)()
 
 
 def output_modes(config, verbose, progress_seconds) -> tuple:

@@ -7,7 +7,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports Te
 
 import gzip
 import struct
-import sys
 
 import numpy as np
 import pytest
@@ -114,14 +113,3 @@ def _seeded_global_rngs():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a test that takes more than about 10 seconds here")
-
-
-@pytest.fixture(autouse=True)
-def _no_op_determinism_leaks_into_the_next_test():
-    """A deterministic run in this process (train.run with train.deterministic) turns TensorFlow's op
-    determinism on for the process; turn it off after the test, so that a later test in the same worker
-    sees the default (e.g. jit_compile auto, which determinism turns off)."""
-    yield
-    tf_config = sys.modules.get("tensorflow.python.framework.config")
-    if tf_config is not None and tf_config.is_op_determinism_enabled():
-        tf_config.disable_op_determinism()

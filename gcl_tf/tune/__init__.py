@@ -34,13 +34,11 @@ from gcl_tf.errors import Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import entries, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.quiet import import_tensorflow
+from gcl_tf.run_layout import BEST_CONFIG, BEST_FILE, SEARCH_FILE
 from gcl_tf.tune import local
 from gcl_tf.tune.search import (
-    BEST_CONFIG,
-    BEST_FILE,
     DEFAULT_RANDOM_TRIALS,
     OBJECTIVE,
-    SEARCH_FILE,
     Search,
     check_same_search,
     format_values,

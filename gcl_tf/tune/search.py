@@ -10,13 +10,10 @@ import os
 from gcl_tf import config as config_lib
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
-from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS
+from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS, SEARCH_FILE
 from gcl_tf.tune.space import default_grid, search_space
 
 OBJECTIVE = "val_acc"  # the trial's ACC (percent) on the validation splits; maximised
-SEARCH_FILE = "search.json"
-BEST_CONFIG = "best_config.yaml"
-BEST_FILE = "best.json"
 DEFAULT_RANDOM_TRIALS = 10  # KerasTuner's own default for random and bayesian search
 
 
