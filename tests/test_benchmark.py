@@ -492,6 +492,32 @@ def test_dry_run_totals_notes_the_data_and_estimates_the_time_from_finished_runs
     assert any(line.startswith("time to run: about 45 s (each run as long as the finished ones") for line in out)
 
 
+def test_dry_run_estimates_a_study_from_the_methods_finished_runs_it_does_not_select(tmp_path, monkeypatch, capsys):
+    """A study asked for on its own (``--studies graph_lambda``) is estimated from the method's runs
+    already finished in the folder though the command does not select them (the main GCL run):
+    it said "unknown" while an hour-long GCL run's own time sat beside it."""
+    from gcl_tf.benchmark import layout, paper
+    from gcl_tf.io import write_json_atomic
+
+    from tiny_suite import write_configs
+
+    forbid_training(monkeypatch)
+    config_dir = write_configs(str(tmp_path / "configs"))
+    output = str(tmp_path / "suite")
+    (main_run,) = paper.plan(config_dir, [BENCHMARK], ["gcl"], 1, ["main"])
+    write_json_atomic(os.path.join(layout.run_dir(output, BENCHMARK, main_run.variant, 0), "results.json"),
+                      {"method": "gcl", "config": main_run.config.to_dict(), "train_seconds": 50.0,
+                       "eval_seconds": 10.0, "train_steps": 12})
+    args = ["--config-dir", config_dir, "--benchmarks", BENCHMARK, "--methods", "gcl", "--seeds", "1",
+            "--studies", "graph_lambda", "--graph-lambda-benchmarks", "all", "--graph-lambdas", "5,500",
+            "--output", output, "--dry-run"]
+    assert paper.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "2 runs: 0 finished, 2 to run" in out  # the main run is not among them
+    assert (f"time to run: about 2 min (each run as long as the finished ones of its benchmark and variant, else "
+            f"method: 1 finished run in {output})") in out
+
+
 @pytest.mark.parametrize("extra", [0, 3, 20])
 def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
     """Every method of the registry (and any number of new ones) gets a colour and a marker of

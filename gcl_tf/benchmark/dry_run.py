@@ -4,6 +4,7 @@ whether it is there), and the time the rest should take, estimated from the fini
 times."""
 from __future__ import annotations
 
+import glob
 import os
 
 from gcl_tf.benchmark import layout
@@ -41,18 +42,20 @@ def data_needed(run) -> str:
 
 
 def _timing(folder: str) -> tuple:
-    """``(seconds, train_steps)`` of a finished run: its training and evaluation time and its steps,
-    from its results.json (either None when it lacks it)."""
+    """``(seconds, train_steps, method)`` of a finished run: its training and evaluation time, its
+    steps and its method's name, from its results.json (each None when it lacks it)."""
     try:
         results = read_json(os.path.join(folder, RESULTS))
     except (OSError, ValueError):
-        return None, None
+        return None, None, None
     try:
         seconds = float(results["train_seconds"]) + float(results["eval_seconds"])
     except (KeyError, TypeError, ValueError):
         seconds = None
     steps = results.get("train_steps")
-    return seconds, (steps if isinstance(steps, int) and steps > 0 else None)
+    method = results.get("method")
+    return (seconds, (steps if isinstance(steps, int) and steps > 0 else None),
+            method if isinstance(method, str) else None)
 
 
 def dry_run(runs, output: str, finished) -> list[str]:
@@ -60,11 +63,11 @@ def dry_run(runs, output: str, finished) -> list[str]:
     :func:`gcl_tf.benchmark.paper.finished`), the data each benchmark
     reads, the totals, and the time the rest should take, estimated from the finished runs' own
     times in ``output`` (a run to do takes the mean of the finished runs of its benchmark and
-    variant, else of its benchmark and method; unknown without either). A stopped run with a
+    variant, else of its benchmark and method, selected by this command or not; unknown without
+    either). A stopped run with a
     checkpoint is "to resume from step N" (the suite goes on from there, nothing is lost); its
     estimate counts only the steps it has left, of as many as those finished runs trained."""
-    lines, to_do, timed = [], [], 0  # to_do: (run, its last checkpoint's step, 0 if none)
-    by_variant, by_method = {}, {}  # (benchmark, variant or method) -> finished runs' (seconds, steps)
+    lines, to_do = [], []  # to_do: (run, its last checkpoint's step, 0 if none)
     study_width = max([8] + [len(run.study) for run in runs])  # graph_lambda is 12 characters
     for run in runs:
         folder = layout.run_dir(output, run.benchmark, run.variant, run.seed)
@@ -73,12 +76,6 @@ def dry_run(runs, output: str, finished) -> list[str]:
         lines.append(f"{run.benchmark:24s} {run.variant:44s} seed {run.seed}  {run.study:{study_width}s} {status}")
         if resumed is not None:
             to_do.append((run, resumed))
-            continue
-        seconds, steps = _timing(folder)
-        if seconds is not None:
-            timed += 1
-            by_variant.setdefault((run.benchmark, run.variant), []).append((seconds, steps))
-            by_method.setdefault((run.benchmark, run.method), []).append((seconds, steps))
     seen = {}
     for run in runs:
         seen.setdefault(run.benchmark, data_needed(run))
@@ -88,6 +85,7 @@ def dry_run(runs, output: str, finished) -> list[str]:
     lines.append(f"{_count(len(runs), 'run')}: {len(runs) - len(to_do)} finished, {len(to_do)} to run{resuming}")
     if not to_do:
         return lines
+    timed, by_variant, by_method = _finished_times(output)
     estimates = []
     for run, resumed in to_do:
         times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
@@ -104,6 +102,24 @@ def dry_run(runs, output: str, finished) -> list[str]:
                      f"runs (from {_count(timed, 'finished run')} in {output}); unknown for the other "
                      f"{len(to_do) - len(estimates)} (no finished run of their benchmark and method)")
     return lines
+
+
+def _finished_times(output: str) -> tuple:
+    """Every finished run in ``output`` with its times, whether this command selects it or not (a
+    study's new variant is estimated from the method's main run): ``(count, {(benchmark, variant):
+    [(seconds, steps)]}, {(benchmark, method): [(seconds, steps)]})``."""
+    timed, by_variant, by_method = 0, {}, {}
+    for path in sorted(glob.glob(os.path.join(output, layout.RUNS, "*", "*", "seed*", RESULTS))):
+        folder = os.path.dirname(path)
+        variant_dir = os.path.dirname(folder)
+        benchmark, variant = os.path.basename(os.path.dirname(variant_dir)), os.path.basename(variant_dir)
+        seconds, steps, method = _timing(folder)
+        if seconds is None:
+            continue
+        timed += 1
+        by_variant.setdefault((benchmark, variant), []).append((seconds, steps))
+        by_method.setdefault((benchmark, method or variant.split("-")[0]), []).append((seconds, steps))
+    return timed, by_variant, by_method
 
 
 def _estimate(times, resumed_step) -> float:
