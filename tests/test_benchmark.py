@@ -844,13 +844,14 @@ def fake_graph_lambda_suite(output, acc) -> None:
         write_json_atomic(os.path.join(layout.run_dir(output, run.benchmark, run.variant, run.seed), "results.json"),
                           {"method": run.method, "seed": run.seed, "config": run.config.to_dict(), "acc": value,
                            "fgt": 100.0 - value / 2, "bwt": -1.0, "accuracy_matrix": [[90.0, 0.0], [50.0, value]],
+                           "learning_accuracy": 80.0 + value / 10,
                            "train_seconds": 10.0, "eval_seconds": 1.0, "train_samples": 100, "eval_samples": 10})
 
 
 def test_graph_lambda_table_and_figure_hold_every_value_with_its_paired_change(tmp_path):
     """tables/graph_lambda.md and .csv: one row per graph_lambda (0 from the ablation's run, the
-    preset's from the main run, not the deterministic ablation run), ACC and FGT mean ± std (n) as
-    numpy computes them, and the change against the preset paired by seed (mean ± s.e. over the
+    preset's from the main run, not the deterministic ablation run), ACC, FGT and learning accuracy
+    mean ± std (n) as numpy computes them, and the change against the preset paired by seed (mean ± s.e. over the
     seeds both ran); the figure is drawn."""
     from gcl_tf.benchmark import plots
 
@@ -870,6 +871,7 @@ def test_graph_lambda_table_and_figure_hold_every_value_with_its_paired_change(t
         assert row["variant"] == variant and int(row["seeds"]) == len(values)
         assert float(row["acc_mean"]) == pytest.approx(values.mean(), abs=1e-9)
         assert float(row["fgt_mean"]) == pytest.approx(100 - values.mean() / 2, abs=1e-9)
+        assert float(row["learning_accuracy_mean"]) == pytest.approx(80 + values.mean() / 10, abs=1e-9)
         if variant == "gcl":
             assert row["acc_change_mean"] == row["paired_seeds"] == ""
             continue
@@ -886,7 +888,12 @@ def test_graph_lambda_table_and_figure_hold_every_value_with_its_paired_change(t
     assert (f"| 0 | `gcl-no_graph_reg` | {np.mean([49.0, 44.0, 45.5]):.2f} ± {np.std([49.0, 44.0, 45.5], ddof=1):.2f} "
             f"(n=3) |") in markdown
     assert f"| {diffs.mean():+.2f} ± {diffs.std(ddof=1) / np.sqrt(3):.2f} (s.e., 3 seeds) |" in markdown
-    assert "| 50 (preset) | `gcl` |" in markdown and "| 5 | `gcl-graph_lambda5` | 46.00 (n=1) |" in markdown
+    assert "| 50 (preset) | `gcl` |" in markdown
+    assert "| 5 | `gcl-graph_lambda5` | 46.00 (n=1) | 77.00 (n=1) | 84.60 (n=1) |" in markdown
+    for path in glob.glob(os.path.join(output, "tables", "*.csv")):  # every table's rows fill its header
+        with open(path, encoding="utf-8", newline="") as handle:
+            header, *body = list(csv.reader(handle))
+        assert body and all(len(row) == len(header) for row in body), path
     figure = os.path.join(output, "figures", "graph_lambda_split_cifar10.png")
     with open(figure, "rb") as handle:
         assert handle.read(8) == PNG_MAGIC
