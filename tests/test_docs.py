@@ -267,3 +267,40 @@ def test_readme_results_table_is_what_the_shipped_results_give():
             mean, std, n = layout.mean_std(r.results["acc"] for r in runs if r.variant == method)
             expected = "-" if n == 0 else (f"{mean:.2f} ({n})" if n == 1 else f"{mean:.2f} ± {std:.2f} ({n})")
             assert cell == expected, (row[0], match.group(0))
+
+
+def test_the_graph_regulariser_profile_reads_a_runs_tensorboard_logs_by_task(tmp_path):
+    """docs/results/split_cifar10/graph_reg_profile/profile.py: per task (``--steps-per-task``
+    steps each), the mean of each logged loss term as TensorBoard holds it, λ_G x L_G from the
+    run's config, and a resumed run's second log file read as well."""
+    import importlib.util
+
+    import tensorflow as tf
+    import yaml
+
+    path = os.path.join(REPO, "docs", "results", "split_cifar10", "graph_reg_profile", "profile.py")
+    spec = importlib.util.spec_from_file_location("graph_reg_profile", path)
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+
+    run = tmp_path / "run"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"method": {"graph_lambda": 50.0}, "benchmark": {"num_tasks": 2}}))
+    terms = ("regularized_fraction", "graph_loss", "target_loss", "context_loss")
+    for first, steps in ((0, range(10, 101, 10)), (1, range(110, 201, 10))):  # the second file: after a resume
+        writer = tf.summary.create_file_writer(str(run / "tensorboard" / f"part{first}"))
+        with writer.as_default():
+            for step in steps:
+                for i, term in enumerate(terms):
+                    tf.summary.scalar(f"train/{term}", step / 1000 + i, step=step)
+        writer.flush()
+        for name in os.listdir(run / "tensorboard" / f"part{first}"):  # both files in tensorboard/, as a resume leaves them
+            os.rename(run / "tensorboard" / f"part{first}" / name, run / "tensorboard" / name)
+
+    result = profile.profile(str(run), 100)
+    assert result["graph_lambda"] == 50.0 and [row["task"] for row in result["tasks"]] == [1, 2]
+    for row, steps in zip(result["tasks"], (range(10, 101, 10), range(110, 201, 10))):
+        assert row["logged_steps"] == 10
+        for i, term in enumerate(terms):
+            assert row[term] == pytest.approx(sum(s / 1000 + i for s in steps) / 10, abs=1e-6)
+        assert row["lambda_graph"] == pytest.approx(50.0 * row["graph_loss"], abs=1e-6)
