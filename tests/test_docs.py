@@ -294,7 +294,7 @@ def test_the_graph_regulariser_profile_reads_a_runs_tensorboard_logs_by_task(tmp
                 for i, term in enumerate(terms):
                     tf.summary.scalar(f"train/{term}", step / 1000 + i, step=step)
         writer.flush()
-        for name in os.listdir(run / "tensorboard" / f"part{first}"):  # both files in tensorboard/, as a resume leaves them
+        for name in os.listdir(run / "tensorboard" / f"part{first}"):  # both in tensorboard/, as a resume leaves them
             os.rename(run / "tensorboard" / f"part{first}" / name, run / "tensorboard" / name)
 
     result = profile.profile(str(run), 100)
