@@ -64,9 +64,9 @@ def dry_run(runs, output: str, finished) -> list[str]:
     reads, the totals, and the time the rest should take, estimated from the finished runs' own
     times in ``output`` (a run to do takes the mean of the finished runs of its benchmark and
     variant, else of its benchmark and method, selected by this command or not; unknown without
-    either). A stopped run with a
-    checkpoint is "to resume from step N" (the suite goes on from there, nothing is lost); its
-    estimate counts only the steps it has left, of as many as those finished runs trained."""
+    either). A stopped run with a checkpoint is "to resume from step N" (the suite goes on from
+    there, nothing is lost); its estimate counts only the steps it has left, of as many as those
+    finished runs trained."""
     lines, to_do = [], []  # to_do: (run, its last checkpoint's step, 0 if none)
     study_width = max([8] + [len(run.study) for run in runs])  # graph_lambda is 12 characters
     for run in runs:
