@@ -46,10 +46,13 @@ class BenchmarkConfig:
     # ``python -m gcl_tf.data to-npz`` decides (grayscale when every image has one channel, rgb when
     # every one has colour, a mix an error), settled when the config is read (settle_color_mode).
     color_mode: Optional[Literal["rgb", "grayscale"]] = None
-    # Training-time augmentation, applied to the stream before the model (so a memory stores the
-    # augmented copy), never at test time. flip: a random horizontal flip of each training image
-    # (the paper's Split CIFAR10 / SVHN / CIFAR100 / MiniImageNet loaders); none: as read.
-    augment: Literal["none", "flip"] = "none"
+    # Training-time augmentation, never at test time. flip: a random horizontal flip of each
+    # training image in the stream, before the model (so a memory stores the flipped copy: the
+    # paper's Split CIFAR10 / SVHN / CIFAR100 / MiniImageNet loaders); ocl: today's online-CL
+    # protocol, random resized crop, flip, colour jitter and grayscale applied inside the step to
+    # the incoming and the replayed images alike, the memory keeping them raw (gcl_tf/augment.py;
+    # the methods with augments_in_step); none: as read.
+    augment: Literal["none", "flip", "ocl"] = "none"
 
 
 def settle_color_mode(benchmark: BenchmarkConfig) -> Optional[str]:

@@ -60,7 +60,8 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
 
     ``skip_batches`` resumes a stream part-way (the order and the augmentation do not depend on
     it). ``augment="flip"`` mirrors each sample of the stream with probability 1/2 (every epoch
-    draws anew), before the model sees it.
+    draws anew), before the model sees it; ``"ocl"`` leaves the stream as read (the model
+    augments inside its step).
     """
     n = len(data)
     steps_per_epoch = task_steps_per_epoch(n, batch_size, task_index)
@@ -72,7 +73,7 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
     images = data.images[order]  # [epochs * steps * B, ...] uint8, in stream order
     if augment == "flip":
         images = random_flips(images, seed, task_index)
-    elif augment != "none":
+    elif augment not in ("none", "ocl"):  # ocl: the model augments inside its step
         raise ValueError(f"unknown augmentation {augment!r}")
     skip = skip_batches * batch_size
     images = images[skip:].reshape((-1, batch_size) + data.images.shape[1:])  # [batches, B, ...]

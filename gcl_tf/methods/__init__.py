@@ -139,6 +139,7 @@ def run_arguments(config, input_shape, num_classes: int) -> dict:
         "num_tasks": b.num_tasks,
         "classes_per_task": b.classes_per_task if b.name == "split" else None,
         "multi_head": b.multi_head,
+        "augment": b.augment if b.augment in ("none", "ocl") else "none",  # flip: the stream's own
     }
     accepted = accepted_keywords(method_class(config.method.name))
     return {key: value for key, value in run.items() if key in accepted}

@@ -21,6 +21,9 @@ backbone's declared input), ``seed`` (the method's randomness: memory sampling, 
 ``batch_size`` (the training batch; None: the first batch's size; ``fit`` cuts a stream into
 batches of it, a last partial batch dropped, so that the compiled step keeps one shape),
 ``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size),
+``augment`` (an in-step augmentation set of :mod:`gcl_tf.augment`, ``"none"`` or ``"ocl"``: the
+method applies it to the images it trains on, incoming and replayed, inside the compiled step;
+its memory keeps the raw images; only a class with ``augments_in_step`` takes one),
 ``name`` (None: the method's registry key).
 
 What the library reads from a method class (docs/api.md, "Adding a method"), with defaults for a
@@ -38,9 +41,11 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.data.streams import to_float
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
+from gcl_tf.memory.state import step_seed
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
 
@@ -94,6 +99,13 @@ def _for_keras_reduction(logs: dict) -> dict:
     return logs
 
 
+def in_step_methods() -> list:
+    """The registry keys of the methods that take an in-step augmentation."""
+    from gcl_tf import methods
+
+    return [name for name in methods.names() if methods.method_class(name).augments_in_step]
+
+
 class ContinualModel(LearnerSaving, keras.Model):
     """Base class; see the module docstring. ``model.save("learner.keras")`` saves it whole (its
     memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py)."""
@@ -115,6 +127,9 @@ class ContinualModel(LearnerSaving, keras.Model):
     #: Small settings (method keys) for the library's own tests of every method: runs of a few
     #: steps on tiny streams (tests/test_reliability.py, tests/test_distribute.py).
     test_settings: dict = {}
+    #: True for methods whose ``learn`` applies the ``augment`` set (:meth:`augmented`) to every
+    #: image it trains on; the others refuse an augmentation other than ``"none"``.
+    augments_in_step: bool = False
 
     def __init_subclass__(cls, **kwargs):
         from gcl_tf.methods import check_declaration
@@ -123,7 +138,8 @@ class ContinualModel(LearnerSaving, keras.Model):
         check_declaration(cls)
 
     def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
-                 batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, name: Optional[str] = None):
+                 batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, augment: str = "none",
+                 name: Optional[str] = None):
         from gcl_tf.methods import registry_name
 
         # The method itself computes in float32 whatever train.mixed_precision gives its layers
@@ -136,6 +152,7 @@ class ContinualModel(LearnerSaving, keras.Model):
         self.seed = int(seed)
         self.batch_size = None if batch_size is None else int(batch_size)
         self.eval_batch_size = None if eval_batch_size is None else int(eval_batch_size)
+        self.augment = self.check_augment(augment)
         self._evaluation_depth = 0
         # Counts training steps; keys the stateless randomness of every step.
         self.step_counter = state_variable(tf.constant(0, tf.int64), "step_counter")
@@ -167,6 +184,26 @@ class ContinualModel(LearnerSaving, keras.Model):
         if check is not None:
             check(type(self).__name__)
         return settings
+
+    def check_augment(self, augment: str) -> str:
+        """``augment`` if this method takes it (see the module docstring), else a ConfigError."""
+        from gcl_tf.augment import IN_STEP
+
+        if augment not in IN_STEP:
+            raise ConfigError(f"augment: {augment!r} is not an in-step augmentation; allowed: {', '.join(IN_STEP)}")
+        if augment != "none" and not self.augments_in_step:
+            raise ConfigError(f"augment: {self.name} does not augment inside its step; allowed: none (in-step "
+                              f"augmentation is for {', '.join(in_step_methods())})")
+        return augment
+
+    def augmented(self, images, salt: int = salts.AUGMENT):
+        """``images`` under the model's ``augment`` set, drawn from the run's seed, the step and
+        ``salt`` (a second view of the same images takes another salt); as given for ``none``."""
+        if self.augment == "none":
+            return images
+        from gcl_tf.augment import augment
+
+        return augment(images, self.augment, step_seed(self.seed, self.step_counter, salt))
 
     # ------------------------------------------------------------------ the episodic memory
     @classmethod

@@ -70,13 +70,15 @@ class DERPP(er.ER):
         # Collectives in the same order on every replica: the counts, the gathers, the gradients.
         counts = all_sum(tf.stack([tf.reduce_sum(ok1), tf.reduce_sum(ok2)]))  # over all replicas
         with tf.GradientTape() as tape:
-            logits = self(x, training=True)
+            logits = self(self.augmented(x), training=True)  # the memory keeps x as it came, with these logits
             terms = {
                 "loss_stream": replica_share(cross_entropy(y, logits), batch * replicas),
                 "loss_logits": self.alpha * replica_share(
-                    logit_mse(self(first["images"], training=True), first["logits"]), counts[0], ok1),
+                    logit_mse(self(self.augmented(first["images"], salts.SECOND_AUGMENT), training=True),
+                              first["logits"]), counts[0], ok1),
                 "loss_labels": self.beta * replica_share(
-                    cross_entropy(second["labels"], self(second["images"], training=True)), counts[1], ok2),
+                    cross_entropy(second["labels"], self(self.augmented(second["images"], salts.THIRD_AUGMENT),
+                                                         training=True)), counts[1], ok2),
             }
             replica_loss = tf.add_n(list(terms.values()))  # summed over replicas
         with tf.control_dependencies([counts]):

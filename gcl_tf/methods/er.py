@@ -32,6 +32,7 @@ class ER(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     supports_distribution = True
+    augments_in_step = True
     test_settings = {"memory_size": 20}
 
     def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, **common):
@@ -67,7 +68,7 @@ class ER(ContinualModel):
         # Collectives must run in the same order on every replica: chain them by dependencies.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
         replay = self.retrieve(x, y, self.replay_size(batch * num_replicas()))
-        inputs = tf.concat([x, replay["images"]], axis=0)
+        inputs = self.augmented(tf.concat([x, replay["images"]], axis=0))  # the memory keeps x as it came
         labels = tf.concat([y, replay["labels"]], axis=0)
         weights = tf.concat([tf.ones([batch]), tf.cast(replay["ok"], tf.float32)], axis=0)
         with tf.control_dependencies([stream_x, stream_y]):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from gcl_tf import salts
 from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
@@ -47,9 +48,10 @@ class ERACE(er.ER):
         with tf.control_dependencies([stream_x, stream_y]):
             replayed = global_count(ok)  # over all replicas
         with tf.GradientTape() as tape:
-            logits = mask_logits(float32(self(x, training=True)), present)
+            logits = mask_logits(float32(self(self.augmented(x), training=True)), present)
             incoming = replica_share(cross_entropy(y, logits), batch * replicas)
-            replay_losses = cross_entropy(replay["labels"], self(replay["images"], training=True))
+            replayed_x = self.augmented(replay["images"], salts.SECOND_AUGMENT)
+            replay_losses = cross_entropy(replay["labels"], self(replayed_x, training=True))
             replay_loss = replica_share(replay_losses, replayed, ok)
             replica_loss = incoming + replay_loss  # summed over replicas
         self.apply_gradients(tape, replica_loss)

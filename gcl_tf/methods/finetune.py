@@ -20,6 +20,7 @@ class Finetune(ContinualModel):
     """Plain online training; the common keywords only (see :class:`~gcl_tf.methods.base.ContinualModel`)."""
 
     supports_distribution = True
+    augments_in_step = True
 
     def __init__(self, backbone=None, *, num_classes, **common):
         super().__init__(backbone, num_classes=num_classes, **common)
@@ -30,7 +31,7 @@ class Finetune(ContinualModel):
 
     def learn(self, x, y):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(cross_entropy(y, self(x, training=True)))
+            loss = tf.reduce_mean(cross_entropy(y, self(self.augmented(x), training=True)))
             replica_loss = loss / num_replicas()  # gradients are summed over replicas
         self.apply_gradients(tape, replica_loss)
         return {"loss": loss}
