@@ -248,7 +248,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             planned["ablation"] = study_runs.ablation(path, presets)
         if b in study_benchmarks["memory"]:
             planned["memory"] = study_runs.memory(
-                path, presets, sizes, lambda m: preset(m).method.memory_size if method_keys else None)
+                path, presets, sizes, lambda m: preset(m).method.memory_size if method_keys else None, wanted_methods)
         if b in study_benchmarks["backbone"]:
             planned["backbone"] = study_runs.backbone(
                 main, trunks, lambda m: layout.trunk_of(preset(m, False).to_dict()["model"]))

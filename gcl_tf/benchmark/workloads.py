@@ -9,7 +9,8 @@ from gcl_tf.benchmark.timing import median_seconds
 
 
 def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
-               steps_per_execution: int = 1, mixed_precision: str = "float32", **method_keys):
+               steps_per_execution: int = 1, mixed_precision: str = "float32", augment: str = "none",
+               filters: int | None = None, **method_keys):
     from gcl_tf import config as config_lib
     from gcl_tf import methods
 
@@ -20,9 +21,9 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
         method_section["memory_size"] = memory
     config = config_lib.resolve({
         "seed": 0,
-        "benchmark": {"source": "digits"},
+        "benchmark": {"source": "digits", "augment": augment},
         "method": method_section,
-        "model": {"backbone": backbone, "hidden_size": hidden},
+        "model": {"backbone": backbone, "hidden_size": hidden, **({"filters": filters} if filters else {})},
         "train": {"optimizer": "adam" if method == "gcl" else "sgd",
                   "learning_rate": 0.001 if method == "gcl" else 0.1,
                   "steps_per_execution": steps_per_execution, "mixed_precision": mixed_precision},

@@ -1,0 +1,61 @@
+"""Step times of today's protocol (issue 49): each method's training step on CIFAR-10-shaped
+batches (batch 10, memory full), with the protocol's augmentation (``augment: ocl``) and without
+it, the same replay batch either way; medians of repeats taken in turns in one process, so the
+ratios hold on a shared machine.
+
+    python docs/results/split_cifar10_ocl/step_times.py --repeats 30 \
+        --output docs/results/split_cifar10_ocl/step_times.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+SHAPE = (32, 32, 3)
+# (row, method, trunk, filters, method keys): the study's presets (configs/split_cifar10_ocl.yaml)
+ROWS = [
+    ("er", "er", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
+    ("er_ace", "er_ace", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
+    ("derpp", "derpp", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
+    ("mir", "mir", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
+    ("er (paper protocol: replay 10)", "er", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 10}),
+    ("er, 64 filters", "er", "resnet18", 64, {"memory_size": 500, "replay_batch_size": 64}),
+    ("gcl", "gcl", "convnet", 64, {"memory_size": 500}),
+]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--rows", nargs="*", default=None, help="row names (default: all)")
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+
+    from gcl_tf.benchmark.timing import interleaved_seconds
+    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+
+    out = {}
+    for row, method, trunk, filters, keys in ROWS:
+        if args.rows and row not in args.rows:
+            continue
+        steps = {}
+        for augment in ("none", "ocl"):
+            model = make_model(method, SHAPE, backbone=trunk, filters=filters, augment=augment, **keys)
+            if method != "gcl":
+                model.optimizer.learning_rate = 0.001
+            steps[augment], traces = prepare_train_step(model, SHAPE)
+        seconds = interleaved_seconds(steps, args.repeats)
+        out[row] = {"none_ms": 1000 * seconds["none"], "ocl_ms": 1000 * seconds["ocl"],
+                    "ratio": seconds["ocl"] / seconds["none"]}
+        print(f"{row:34s} none {out[row]['none_ms']:8.1f} ms  ocl {out[row]['ocl_ms']:8.1f} ms  "
+              f"ocl / none {out[row]['ratio']:.3f}", flush=True)
+    if args.output:
+        with open(args.output, "w") as handle:
+            json.dump({"command": "python docs/results/split_cifar10_ocl/step_times.py "
+                                  f"--repeats {args.repeats}", "cpu_count": os.cpu_count(), "rows": out},
+                      handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
