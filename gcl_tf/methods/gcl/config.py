@@ -67,6 +67,10 @@ class Config(MemoryMethodConfig):
     # Keys whose default changed, with the value they had before: a config or learner saved
     # before the change, which lacks the key, ran with that value, and reads back so.
     former_defaults: ClassVar[dict] = {"own_latent": False, "target_loss": "all"}
+    # With an in-step augmentation (benchmark.augment: ocl; the targets, the incoming batch, are
+    # always augmented): true augments the contexts, the memory's images, too (each step its own
+    # draw, as the replay methods augment what they replay); false: the contexts as stored.
+    augment_contexts: bool = True
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
     # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or

@@ -62,6 +62,7 @@ class GCL(Prediction, ContinualModel):
     """
 
     supports_distribution = True
+    augments_in_step = True
     former_defaults = Config.former_defaults  # a learner saved before lacks these keys (LearnerSaving.from_config)
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
     tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
@@ -74,10 +75,11 @@ class GCL(Prediction, ContinualModel):
                  target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
                  own_latent=True, target_loss="present", stochastic_graphs=True, edge_memory="matrix",
                  context_batch=None,
-                 regularize_self_pairs=True, fuse_regularizer=True, input_shape=None, seed=0, batch_size=None,
-                 eval_batch_size=None, name="gcl"):
+                 regularize_self_pairs=True, fuse_regularizer=True, augment_contexts=True, input_shape=None, seed=0,
+                 batch_size=None, eval_batch_size=None, augment="none", name="gcl"):
         super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, augment=augment, name=name)
+        self.augment_contexts = bool(augment_contexts)
         self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
         self.regularize_below = None if regularize_below is None else float(regularize_below)
         self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
@@ -306,7 +308,10 @@ class GCL(Prediction, ContinualModel):
         k = slots.shape[0]
         context_labels = tf.gather(self.memory.labels, slots)
         seed = step_seed(self.seed, self.step_counter, salts.TRAIN_GRAPH)
-        u, latents = self.embed_step(self.context_images(slots, valid, fallback=x), x)  # [k + T, H] each
+        contexts = self.context_images(slots, valid, fallback=x)
+        if self.augment_contexts:  # (augment: none returns the images as given)
+            contexts = self.augmented(contexts, salts.SECOND_AUGMENT)
+        u, latents = self.embed_step(contexts, self.augmented(x))  # [k + T, H] each
         rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
         context_cols, target_cols = tf.split(cols, [k, x.shape[0]])  # (splits: their gradient is one concat)
         log_k = tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
