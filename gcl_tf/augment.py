@@ -46,13 +46,11 @@ def _seeds(seed, count: int) -> list:
     return [split[i] for i in range(count)]
 
 
-def crop_boxes(shape, seed, scale=CROP_SCALE, ratio=CROP_RATIO, tries: int = CROP_TRIES):
-    """[N, 4] normalised ``(y1, x1, y2, x2)`` boxes of a random resized crop of each of ``N``
-    images ``shape = (N, H, W)``, drawn as torchvision does: ``tries`` candidates of area
-    ``U(scale) * H * W`` and log-uniform aspect ratio, the first that fits the image, else the
-    whole image; its corner uniform over the positions that fit. The box's corners are the
-    outer sample points of an align-corners-free bilinear resize of the crop back to ``H x W``
-    (pixel centres ``i + (k + 1/2) h / H - 1/2``), as ``tf.image.crop_and_resize`` expects."""
+def crop_windows(shape, seed, scale=CROP_SCALE, ratio=CROP_RATIO, tries: int = CROP_TRIES):
+    """``(top, left, h, w)`` [N] each, in pixels: a random resized crop's window in each of ``N``
+    images ``shape = (N, H, W)``, drawn as torchvision draws it: ``tries`` candidates of area
+    ``U(scale) * H * W`` and log-uniform aspect ratio ``w / h`` in ``ratio``, the first that fits
+    the image, else the whole image; its corner uniform over the positions where it fits."""
     n, height, width = shape
     s_area, s_ratio, s_y, s_x = _seeds(seed, 4)
     area = tf.random.stateless_uniform([n, tries], s_area, scale[0], scale[1]) * (height * width)
@@ -67,13 +65,23 @@ def crop_boxes(shape, seed, scale=CROP_SCALE, ratio=CROP_RATIO, tries: int = CRO
     w = tf.where(any_fit, tf.gather(w, first, batch_dims=1), float(width))
     top = tf.floor(tf.random.stateless_uniform([n], s_y) * (height - h + 1))  # integer in [0, H - h]
     left = tf.floor(tf.random.stateless_uniform([n], s_x) * (width - w + 1))
+    return top, left, h, w
+
+
+def crop_boxes(shape, seed, scale=CROP_SCALE, ratio=CROP_RATIO, tries: int = CROP_TRIES):
+    """[N, 4] normalised ``(y1, x1, y2, x2)`` boxes, as ``tf.image.crop_and_resize`` takes them,
+    of the windows of :func:`crop_windows`: the outer sample points of a bilinear resize of the
+    window back to ``H x W`` with half-pixel centres (``top + (k + 1/2) h / H - 1/2``,
+    torchvision's), clamped into the image."""
+    _, height, width = shape
+    top, left, h, w = crop_windows(shape, seed, scale, ratio, tries)
 
     def corners(start, size, full):
-        step = size / full  # the crop's pixels per output pixel
-        lo = start + 0.5 * step - 0.5
-        hi = start + size - 0.5 * step - 0.5
+        step = size / full  # the window's pixels per output pixel
         span = max(full - 1, 1)
-        return tf.clip_by_value(lo / span, 0.0, 1.0), tf.clip_by_value(hi / span, 0.0, 1.0)
+        lo = (start + 0.5 * step - 0.5) / span
+        hi = (start + size - 0.5 * step - 0.5) / span
+        return tf.clip_by_value(lo, 0.0, 1.0), tf.clip_by_value(hi, 0.0, 1.0)
 
     y1, y2 = corners(top, h, float(height))
     x1, x2 = corners(left, w, float(width))
