@@ -61,7 +61,8 @@ def test_mir_has_a_preset_with_ers_memory_trunk_and_learning_rate(name):
     assert "mir" in {m for n, m in CASES if n == name}
     assert mir.method.memory_size == er.method.memory_size and mir.model == er.model
     assert (mir.train.optimizer, mir.train.learning_rate) == (er.train.optimizer, er.train.learning_rate)
-    assert mir.method.candidates == 50 and mir.method.replay_batch_size is None  # the authors' 50; k: the batch
+    assert mir.method.candidates == 50  # the authors' 50
+    assert mir.method.replay_batch_size == er.method.replay_batch_size  # k: the batch (None), or the protocol's
 
 
 GCL_PRESETS = [name for name, method in CASES if method == "gcl"]
