@@ -70,3 +70,32 @@ def paper_lead(benchmark: str, method: str) -> float | None:
     """GCL's ACC lead over ``method`` in the paper (difference of the two published means), or None."""
     gcl, other = paper_result(benchmark, "gcl", "acc"), paper_result(benchmark, method, "acc")
     return None if gcl is None or other is None else round(gcl[0] - other[0], 2)
+
+
+#: The paper's memory-size figures (appendix, "Average accuracy / forgetting as a function of
+#: memory size"; the 250 bars are Table 2's runs): {benchmark: {method: {memory_size: {"acc": (mean,
+#: std), "fgt": (mean, std)}}}}, five seeds each.
+PAPER_MEMORY: dict[str, dict[str, dict[int, dict[str, tuple[float, float]]]]] = {
+    "split_svhn": {
+        "er": {100: {"acc": (31.12, 2.21), "fgt": (79.76, 2.80)}, 250: {"acc": (45.51, 3.03), "fgt": (62.37, 4.33)},
+               500: {"acc": (57.51, 2.77), "fgt": (46.79, 4.32)}, 1000: {"acc": (67.33, 1.66), "fgt": (33.88, 1.39)}},
+        "gcl": {100: {"acc": (45.79, 5.92), "fgt": (25.49, 5.84)}, 250: {"acc": (60.68, 1.67), "fgt": (21.68, 2.35)},
+                500: {"acc": (65.79, 1.54), "fgt": (16.65, 1.08)}, 1000: {"acc": (69.95, 0.78), "fgt": (15.37, 1.22)}},
+    },
+    "split_cifar10": {
+        "er": {100: {"acc": (21.54, 0.83), "fgt": (84.59, 1.38)}, 250: {"acc": (29.94, 3.08), "fgt": (72.64, 4.88)},
+               500: {"acc": (36.08, 1.09), "fgt": (64.58, 1.30)}, 1000: {"acc": (45.75, 1.82), "fgt": (52.15, 2.56)}},
+        "gcl": {100: {"acc": (40.01, 2.33), "fgt": (42.30, 3.79)}, 250: {"acc": (49.62, 1.85), "fgt": (35.69, 3.33)},
+                500: {"acc": (53.87, 0.97), "fgt": (31.18, 1.55)}, 1000: {"acc": (57.26, 0.28), "fgt": (28.53, 0.68)}},
+    },
+}
+
+#: CN-DPM (Lee et al. 2020) as the paper's appendix table "GCL results and CN-DPM results with
+#: different memory sizes" quotes it on Split CIFAR10 (ACC %, mean and std; no FGT given):
+#: {memory_size: (mean, std)}. The table's ER and GCL cells are PAPER_MEMORY's.
+PAPER_CNDPM: dict[int, tuple[float, float]] = {500: (43.07, 0.16), 1000: (45.21, 0.18)}
+
+
+def paper_memory(benchmark: str, method: str, memory_size: int, key: str) -> tuple[float, float] | None:
+    """The paper's (mean, std) of ``key`` ("acc" or "fgt") at a memory size, or None."""
+    return PAPER_MEMORY.get(benchmark, {}).get(method, {}).get(int(memory_size), {}).get(key)
