@@ -5,15 +5,15 @@ Every cell is the mean +- sample standard deviation (ddof=1) over the seeds foun
 """
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections import defaultdict
 
-import numpy as np
-
 from gcl_tf.benchmark import layout, published
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
+from gcl_tf.benchmark.table_format import csv_text as _csv
+from gcl_tf.benchmark.table_format import fmt, fmt_change
+from gcl_tf.benchmark.table_format import markdown as _markdown
+from gcl_tf.benchmark.table_format import num as _num
 from gcl_tf.io import write_atomic
 
 # The paper's Tables 1 and 2: benchmarks as column groups. Other benchmarks go to table_other.
@@ -22,35 +22,6 @@ TABLE_GROUPS = (
     ("table2", "Table 2", ("split_cifar10", "split_cifar100", "split_miniimagenet")),
 )
 METRICS = (("acc", "ACC (↑)"), ("fgt", "FGT (↓)"))
-
-
-def fmt(mean: float, std: float, n: int, full_n: int | None = None, show_n: bool = False) -> str:
-    """``82.36 ± 0.36``; ``-`` without runs; the seed count when it differs from the table's
-    (``show_n``: always)."""
-    if n == 0 or not np.isfinite(mean):
-        return "-"
-    text = f"{mean:.2f}" if not np.isfinite(std) else f"{mean:.2f} ± {std:.2f}"
-    if show_n or (full_n is not None and n != full_n):
-        text += f" (n={n})"
-    return text
-
-
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _csv(header: list[str], rows: list[list]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
-def _num(value: float) -> str:
-    return "" if value is None or not np.isfinite(value) else repr(float(value))
 
 
 # ----------------------------------------------------------------------------- main tables
@@ -208,15 +179,6 @@ def components(config: dict) -> dict:
         "Random G & A": stochastic,
         "Deterministic G & A": not stochastic,
     }
-
-
-def fmt_change(mean: float, se: float, n: int) -> str:
-    """``-0.22 ± 1.10 (s.e., 3 seeds)``: a paired difference; ``-`` without pairs."""
-    if n == 0 or not np.isfinite(mean):
-        return "-"
-    if not np.isfinite(se):
-        return f"{mean:+.2f} (1 seed)"
-    return f"{mean:+.2f} ± {se:.2f} (s.e., {n} seeds)"
 
 
 def change_vs_full(full: list, runs: list, key: str) -> tuple[float, float, int]:
@@ -452,6 +414,14 @@ def write_tables(output: str, runs) -> list[str]:
     if md:
         put("memory.md", md)
         put("memory.csv", table_csv)
+    from gcl_tf.benchmark import beside_published
+
+    for name, (md, table_csv) in (("memory_vs_paper", beside_published.memory_vs_paper_table(memory_runs(runs))),
+                                  ("cndpm", beside_published.cndpm_table(memory_runs(runs))),
+                                  ("today", beside_published.today_table(runs))):
+        if md:
+            put(f"{name}.md", md)
+            put(f"{name}.csv", table_csv)
     md, table_csv = backbone_table(runs)
     if md:
         put("backbone.md", md)

@@ -1,0 +1,70 @@
+"""The tables that set our runs beside published numbers besides Tables 1 and 2 (hand-made results):
+the paper's memory figures and CN-DPM table, and today's protocol beside its published re-runs."""
+import math
+
+import pytest
+
+from gcl_tf.benchmark import beside_published, layout, published, tables
+
+
+def run(benchmark, variant, seed, acc, fgt, memory, backbone="resnet18", filters=20):
+    method = variant.split("-")[0]
+    config = {"method": {"name": method, "memory_size": memory}, "model": {"backbone": backbone, "filters": filters}}
+    return layout.RunResult(benchmark, variant, seed, f"/x/{benchmark}/{variant}/seed{seed}",
+                            {"acc": acc, "fgt": fgt, "method": method, "config": config})
+
+
+def rows_of(text):
+    header = text.splitlines()[0].split(",")
+    return [dict(zip(header, line.split(","))) for line in text.strip().splitlines()[1:]]
+
+
+def test_memory_beside_the_papers_figures_pairs_gcl_and_er_by_seed():
+    b = "split_cifar10"
+    runs = [run(b, "er", s, acc, 70.0, 250) for s, acc in enumerate((25.0, 26.0, 24.0))]
+    runs += [run(b, "gcl", s, acc, 35.0, 250, "convnet", 64) for s, acc in enumerate((48.0, 50.0, 47.0))]
+    runs += [run(b, "er-memory500", s, acc, 60.0, 500) for s, acc in ((0, 30.0), (1, 33.0))]
+    runs += [run(b, "gcl-memory500", 0, 52.0, 30.0, 500, "convnet", 64)]
+    groups = tables.memory_runs(runs)
+    md, text = beside_published.memory_vs_paper_table(groups)
+    rows = {int(r["memory_size"]): r for r in rows_of(text)}
+    assert set(rows) == {250, 500}
+    assert float(rows[250]["gcl_minus_er_mean"]) == pytest.approx(((48 - 25) + (50 - 26) + (47 - 24)) / 3)
+    assert rows[250]["gcl_minus_er_seeds"] == "3"
+    assert rows[500]["gcl_minus_er_seeds"] == "1" and float(rows[500]["gcl_minus_er_mean"]) == 22.0
+    assert math.isnan(float(rows[500]["gcl_minus_er_se"] or "nan"))
+    assert float(rows[500]["paper_gcl_minus_er"]) == pytest.approx(53.87 - 36.08)
+    assert float(rows[500]["er_acc_paper_mean"]) == 36.08 and float(rows[250]["gcl_fgt_paper_mean"]) == 35.69
+    assert "| 500 | 31.50 ± 2.12 (n=2) | 36.08 ± 1.09 |" in md
+    md, text = beside_published.cndpm_table(groups)
+    cndpm = {r["method"]: r for r in rows_of(text)}
+    assert float(cndpm["cndpm"]["m500_paper_mean"]) == 43.07 and cndpm["cndpm"]["m500_seeds"] == ""
+    assert float(cndpm["gcl"]["m500_mean"]) == 52.0 and float(cndpm["gcl"]["m1000_paper_mean"]) == 57.26
+    assert cndpm["er"]["m1000_seeds"] == ""  # not run: no cell of ours
+    assert "CN-DPM (quoted)" in md
+
+
+def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
+    b = "split_cifar10_ocl"
+    runs = [run(b, "er", s, acc, 30.0, 500) for s, acc in ((0, 50.0), (2, 52.0))]  # seed 1 missing
+    runs += [run(b, "onpro", s, acc, 10.0, 500) for s, acc in enumerate((60.0, 65.0))]
+    runs += [run(b, "gcl", s, acc, 20.0, 500, "convnet", 64) for s, acc in enumerate((48.0, 49.0, 47.0))]
+    runs += [run(b, "gcl-resnet18", 0, 40.0, 20.0, 500)]
+    runs += [run(b, "er-memory200", 0, 40.0, 45.0, 200)]
+    runs += [run("split_cifar10", "er", 0, 25.0, 70.0, 250)]  # another protocol: not in this table
+    md, text = beside_published.today_table(runs)
+    rows = {(r["method"], r["trunk"], r["memory_size"]): r for r in rows_of(text)}
+    assert set(rows) == {("er", "resnet18 20", "500"), ("onpro", "resnet18 20", "500"),
+                         ("gcl", "convnet 64", "500"), ("gcl", "resnet18 20", "500"), ("er", "resnet18 20", "200")}
+    er = rows["er", "resnet18 20", "500"]
+    # pairs by seed: GCL − ER on seeds 0 and 2 (-2, -5), OnPro − ER on seed 0 only (+10)
+    assert float(er["gcl_minus_mean"]) == pytest.approx(-3.5) and float(er["onpro_minus_mean"]) == pytest.approx(10.0)
+    assert float(er["gcl_minus_se"]) == pytest.approx(1.5) and er["onpro_minus_se"] == ""
+    assert float(er["published_low"]) == 45.7 and float(er["published_high"]) == 65.6
+    gcl_r18 = rows["gcl", "resnet18 20", "500"]  # GCL on another trunk against GCL on its own: paired
+    assert float(gcl_r18["gcl_minus_mean"]) == pytest.approx(8.0)
+    assert rows["gcl", "convnet 64", "500"]["gcl_minus_mean"] == ""
+    assert rows["er", "resnet18 20", "200"]["gcl_minus_mean"] == ""  # no GCL at 200
+    onpro = rows["onpro", "resnet18 20", "500"]
+    assert float(onpro["published_low"]) == published.PUBLISHED_TODAY[b]["onpro"][500][0] == 72.6
+    assert "| 45.7–65.6 |" in md and "| 72.6 |" in md
