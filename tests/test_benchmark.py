@@ -910,3 +910,21 @@ def test_no_graph_lambda_table_from_the_ablation_alone(tmp_path):
     written = tables.write_tables(output, layout.collect(output))
     assert not any(os.path.basename(path).startswith("graph_lambda") for path in written)
     assert any(os.path.basename(path) == "ablation.md" for path in written)
+
+
+def test_memory_methods_run_one_half_of_the_memory_study(monkeypatch):
+    """``--memory-methods er`` plans ER's memory runs only (issue 51: ER's minutes-long runs
+    first); the main study's --methods does not touch the memory study; another name is refused."""
+    from gcl_tf.benchmark import paper
+    from gcl_tf.errors import UserError
+
+    monkeypatch.chdir(REPO)
+    runs = paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=["er"],
+                      log=lambda text: None)
+    assert {r.variant for r in runs} == {"er", "er-memory100", "er-memory500", "er-memory1000"}
+    both = paper.plan(benchmarks=["split_cifar10"], methods=["finetune"], studies=["memory"], seeds=1,
+                      log=lambda text: None)
+    assert {r.method for r in both} == {"er", "gcl"}
+    with pytest.raises(UserError, match="--memory-methods: 'gem' is not a method of the memory study"):
+        paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=["gem"],
+                   log=lambda text: None)

@@ -15,8 +15,8 @@ Studies (``--studies``):
   is the graph_lambda 0 run's second evaluation, not a run of its own), on the benchmarks of
   --ablation-benchmarks (default: the paper's, split_cifar10);
 - ``memory``: ER and GCL at each memory size of --memory-sizes (default 100 250 500 1000), on the
-  benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10). The run
-  at a preset's own memory size is the main run;
+  benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10; one of the
+  two methods alone with --memory-methods). The run at a preset's own memory size is the main run;
 - ``backbone`` (not in the paper, nor in the default studies): each method of the main study on
   each trunk of --backbones (default convnet, resnet18: ``layout.BACKBONES``), on the benchmarks
   of --backbone-benchmarks (default split_cifar10), folders ``<method>-<trunk>``. One rule for
@@ -195,7 +195,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
          studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
          memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
          graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
-         method_keys=True) -> list[Run]:
+         method_keys=True, memory_methods=None) -> list[Run]:
     """Every run of the suite, configs resolved and validated (a bad key stops here, before any
     training). Runs that are the same (e.g. the memory study at the preset's size and the main
     run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
@@ -248,7 +248,8 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             planned["ablation"] = study_runs.ablation(path, presets)
         if b in study_benchmarks["memory"]:
             planned["memory"] = study_runs.memory(
-                path, presets, sizes, lambda m: preset(m).method.memory_size if method_keys else None, wanted_methods)
+                path, presets, sizes, lambda m: preset(m).method.memory_size if method_keys else None,
+                _names(memory_methods))
         if b in study_benchmarks["backbone"]:
             planned["backbone"] = study_runs.backbone(
                 main, trunks, lambda m: layout.trunk_of(preset(m, False).to_dict()["model"]))
@@ -395,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="benchmarks of the memory study, or all (default: split_svhn,split_cifar10, as the paper)")
     parser.add_argument("--memory-sizes", nargs="+", metavar="N", default=[",".join(map(str, PAPER_MEMORY_SIZES))],
                         help="memory sizes of the memory study (default: 100,250,500,1000)")
+    parser.add_argument("--memory-methods", nargs="+", metavar="NAME",
+                        help=f"methods of the memory study, of {','.join(layout.MEMORY_METHODS)} (default: both)")
     parser.add_argument("--backbone-benchmarks", nargs="+", metavar="NAME",
                         help="benchmarks of the backbone study, or all (default: split_cifar10)")
     parser.add_argument("--backbones", nargs="+", metavar="TRUNK", default=[",".join(layout.BACKBONES)],
@@ -427,11 +430,11 @@ def main(argv=None) -> int:
                  args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks, args.backbone_benchmarks,
                  args.backbones, args.graph_lambdas, args.graph_lambda_benchmarks)
     # The arguments, every config (but the methods' own keys) and the data: before TensorFlow loads.
-    checked = plan(*selection, log=lambda text: None, method_keys=False)
+    checked = plan(*selection, log=lambda text: None, method_keys=False, memory_methods=args.memory_methods)
     if not args.dry_run:
         check_data(checked)
     import_tensorflow()  # quietly, before the methods' modules import it
-    runs = plan(*selection)
+    runs = plan(*selection, memory_methods=args.memory_methods)
     if not runs:
         raise UserError("nothing to run: no selected benchmark has a preset for the selected methods and studies")
     if args.dry_run:

@@ -3,8 +3,8 @@ main runs: ``(variant folder, method, overrides on top of the method's preset)``
 (``paper.plan`` runs each for every seed; one that is a main run appears once).
 
 - ``ablation``: GCL without one more component each time (``layout.ABLATIONS``);
-- ``memory``: ER and GCL at each memory size (the preset's own size: the main run); ``--methods``
-  naming one of them runs its half;
+- ``memory``: ER and GCL at each memory size (the preset's own size: the main run);
+  ``--memory-methods`` naming one of them runs its half;
 - ``backbone``: each method on each trunk of ``layout.BACKBONES``. **The rule, the same for every
   method: a backbone variant is the method's preset with only the trunk's keys replaced**
   (``model.backbone`` and ``model.filters``: the authors' ConvNet with 64 filters, GEM's reduced
@@ -32,9 +32,13 @@ def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
 
 
 def memory(path: str, presets, sizes, preset_size, methods=()) -> list[tuple[str, str, list[str]]]:
-    """ER and GCL at each of ``sizes`` (of the two, those among ``methods`` when given: ``--methods
-    er --studies memory`` runs ER's half); ``preset_size(method)``: the preset's memory size
-    (None: unknown, every size a variant)."""
+    """ER and GCL at each of ``sizes`` (of the two, ``methods`` when given: ``--memory-methods
+    er`` runs ER's half); ``preset_size(method)``: the preset's memory size (None: unknown, every
+    size a variant)."""
+    unknown = [m for m in methods if m not in layout.MEMORY_METHODS]
+    if unknown:
+        raise UserError(f"--memory-methods: {unknown[0]!r} is not a method of the memory study; allowed: "
+                        f"{', '.join(layout.MEMORY_METHODS)}")
     out = []
     for method in [m for m in layout.MEMORY_METHODS if not methods or m in methods]:
         if method not in presets:
