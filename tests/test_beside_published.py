@@ -68,3 +68,22 @@ def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     onpro = rows["onpro", "resnet18 20", "500"]
     assert float(onpro["published_low"]) == published.PUBLISHED_TODAY[b]["onpro"][500][0] == 72.6
     assert "| 45.7–65.6 |" in md and "| 72.6 |" in md
+
+
+def test_memory_figure_sets_the_papers_bars_beside_ours():
+    from gcl_tf.benchmark import plots
+
+    b = "split_cifar10"
+    runs = [run(b, "er", s, acc, 70.0, 250) for s, acc in enumerate((25.0, 26.0))]
+    runs += [run(b, "gcl", s, acc, 35.0, 250, "convnet", 64) for s, acc in enumerate((48.0, 50.0))]
+    runs += [run(b, "er-memory500", 0, 30.0, 60.0, 500)]
+    figure = plots.memory_figure(runs, "acc")
+    ax = figure.axes[0]
+    bars = {container.get_label(): [patch.get_height() for patch in container.patches] for container in ax.containers
+            if container.get_label() and not container.get_label().startswith("_")}
+    assert bars["ER"][0] == pytest.approx(25.5) and bars["GCL"][0] == pytest.approx(49.0)
+    assert bars["ER (paper)"] == [29.94, 36.08] and bars["GCL (paper)"] == [49.62, 53.87]
+    assert math.isnan(bars["GCL"][1])  # no GCL run at 500: no bar of ours
+    other = [run("tiny", "er", 0, 30.0, 60.0, 20), run("tiny", "er-memory40", 0, 35.0, 55.0, 40)]
+    labels = [c.get_label() for c in plots.memory_figure(other, "acc").axes[0].containers]
+    assert not any("paper" in str(label) for label in labels)  # a benchmark the paper did not plot

@@ -27,7 +27,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gcl_tf.benchmark import layout, tables
+from gcl_tf.benchmark import layout, published, tables
 from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_key
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
@@ -134,7 +134,8 @@ def accuracy_tasks_figure(runs, benchmark: str, styles=None) -> Figure | None:
 
 # ----------------------------------------------------------------------------- memory study
 def memory_figure(runs, metric: str, styles=None) -> Figure | None:
-    """ER vs GCL across memory sizes: one panel per benchmark, bars with std error bars."""
+    """ER vs GCL across memory sizes: one panel per benchmark, bars with std error bars; the
+    paper's bars beside ours (hatched) where its memory figures have the benchmark."""
     summary = tables.memory_summary(runs)
     if not summary:
         return None
@@ -146,14 +147,18 @@ def memory_figure(runs, metric: str, styles=None) -> Figure | None:
         sizes = sorted({s for (_, s) in stats})
         methods = sorted({m for (m, _) in stats}, key=method_sort_key)
         colour = {m: (styles or method_styles(methods))[m][0] for m in methods}
-        width = 0.8 / len(methods)
+        bars = [(m, False) for m in methods]
+        bars += [(m, True) for m in methods if b in published.PAPER_MEMORY and m in published.PAPER_MEMORY[b]]
+        width = 0.8 / len(bars)
         x = np.arange(len(sizes))
-        for i, m in enumerate(methods):
-            mean = [stats.get((m, s), {}).get(metric, (np.nan,))[0] for s in sizes]
-            std = [stats.get((m, s), {}).get(metric, (np.nan, np.nan))[1] for s in sizes]
-            std = np.nan_to_num(np.asarray(std, float))
-            ax.bar(x + (i - (len(methods) - 1) / 2) * width, mean, width, yerr=std, capsize=3,
-                   color=colour[m], edgecolor="black", label=method_label(m))
+        for i, (m, paper) in enumerate(sorted(bars, key=lambda bar: (method_sort_key(bar[0]), bar[1]))):
+            cells = [published.paper_memory(b, m, s, metric) if paper else stats.get((m, s), {}).get(metric)
+                     for s in sizes]
+            mean = [np.nan if c is None else c[0] for c in cells]
+            std = np.nan_to_num(np.asarray([np.nan if c is None else c[1] for c in cells], float))
+            ax.bar(x + (i - (len(bars) - 1) / 2) * width, mean, width, yerr=std, capsize=3, color=colour[m],
+                   edgecolor="black", alpha=0.45 if paper else 1.0, hatch="//" if paper else None,
+                   label=method_label(m) + (" (paper)" if paper else ""))
         ax.set_xticks(x, [str(s) for s in sizes])
         ax.set_xlabel("Memory size")
         ax.set_ylabel("Average accuracy (%)" if metric == "acc" else "Average forgetting (%)")
