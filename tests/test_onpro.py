@@ -289,6 +289,7 @@ def tiny_onpro(backbone="linear", **keys):
     import keras
 
     import gcl_tf
+
     from helpers import linear_backbone
 
     settings = dict(num_classes=4, input_shape=(8, 8, 1), batch_size=4, seed=1, memory_size=24,

@@ -1,28 +1,12 @@
 """OnPro: online prototype learning (Wei et al., ICCV 2023, "Online Prototype Learning for Online
 Continual Learning"), from the authors' code (weilllllls/OnPro; its instance contrast is OCM's).
 
-A step on the incoming batch ``x`` (the authors' ``train_task0`` in the first task,
-``train_other_tasks`` after it, chosen inside the compiled step by ``tf.cond``):
-
-- instance-wise contrast (OCM): every image in ``rotations`` (16) rotated copies, labelled
-  ``y + K * copy``, and each copy's view under the authors' transform; cosine similarities of the
-  projections with themselves plus with a random slice of the trunk's features
-  (:func:`contrast_similarity`), in :func:`nt_xent` (the incoming batch) and :func:`nt_xent_uni`
-  (the replay batch, after the first task);
-- OPE (:func:`ope_loss`): a contrast of class prototypes between the two views, on the incoming
-  batch's classes and on the replay batch's (whose prototypes are the class means APF reads);
-- APF (:meth:`OnPro.feedback`, after a task's first step): the replay batch mixed, a share
-  ``mixup_base_rate`` at random, the rest as pairs of memory samples of classes whose prototypes
-  lie close (:func:`pair_probabilities`, :func:`pair_counts`);
-- cross-entropy of the linear head (K classes; prediction reads it) on the transformed incoming
-  batch in the first task, on the transformed, mixed replay batch after it.
-
-The replay batch is ``min(replay_batch_size, replay_per_class x classes seen)`` samples: the step
-always draws ``replay_batch_size`` (fixed shapes) and gives the draws past that count weight 0.
-The views are the authors' transform (flip, grayscale with probability 0.25, random resized crop of
-area 0.3 to 1), part of the method: ``augment`` (none or ocl) is accepted so that a protocol's
-config applies to every method, and changes nothing. Deviations from the authors' code, each
-with its reason: docs/onpro.md. One device.
+A step sums OCM's instance contrast of rotated copies and their views, OPE's prototype contrast on
+the incoming and the replay batch, and the linear head's cross-entropy: on the incoming batch in
+the first task (the authors' ``train_task0``), on the replay batch mixed by APF after it
+(``train_other_tasks``; ``tf.cond`` in the compiled step). Its views are the authors' transform,
+part of the method: ``augment`` (none, ocl) is accepted so that a protocol's config applies to
+every method, and changes nothing. The step, each deviation and why: docs/onpro.md. One device.
 """
 from __future__ import annotations
 
@@ -49,8 +33,7 @@ GRAYSCALE_P = 0.25
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "onpro"
-    # Memory samples drawn a step (the authors' buffer_batch_size); the first min(this,
-    # replay_per_class x classes seen) of them count.
+    # Memory samples drawn a step (buffer_batch_size); min(this, replay_per_class x classes seen) count.
     replay_batch_size: int = field(default=64, metadata=value_range(1))
     # Replayed samples per class seen (the authors' buffer_per_class).
     replay_per_class: int = field(default=7, metadata=value_range(1))
@@ -64,8 +47,9 @@ class Config(MemoryMethodConfig):
     mixup_p: float = field(default=0.6, metadata=value_range(0.0, 1.0))
     # APF: the close classes' mixing weights are Beta(mixup_alpha, mixup_alpha).
     mixup_alpha: float = field(default=0.4, metadata=value_range(0.0, lo_open=True))
-    # APF: the random share's mixing weights are uniform in [mixup_lower, mixup_upper].
+    # APF: the random share's mixing weights are uniform in [mixup_lower, mixup_upper]; the lower end.
     mixup_lower: float = field(default=0.0, metadata=value_range(0.0, 1.0))
+    # APF: the upper end of the random share's mixing weights.
     mixup_upper: float = field(default=0.6, metadata=value_range(0.0, 1.0))
     # Rotated copies per image in the instance contrast (the authors' oop, 16; 4 or 1: cheaper, not theirs).
     rotations: Literal[1, 4, 16] = 16
@@ -115,31 +99,30 @@ def rotation_labels(labels, count: int, num_classes: int):
 def contrast_similarity(projections, features, start, scale: float):
     """``scale * (z z' + z f[:, start:start + P]')`` [2B, 2B] of normalised projections ``z`` [2B, P]
     and normalised features ``f`` [2B, D] (OCM's projection-vs-feature-slice similarity)."""
-    width = projections.shape[-1]
-    sliced = tf.slice(features, tf.stack([0, start]), [-1, width])
-    return scale * (tf.matmul(projections, sliced, transpose_b=True) + tf.matmul(projections, projections,
-                                                                                 transpose_b=True))
+    sliced = tf.slice(features, tf.stack([0, start]), [-1, projections.shape[-1]])
+    return scale * tf.matmul(projections, sliced + projections, transpose_b=True)
 
 
 def _contrast_terms(sim, labels, temperature, valid, exclude_self: bool):
-    """``-log p`` [2B, 2B] of each column in its row's softmax and the positives' weights (equal
-    labels, each row's summing to 1), both over ``valid`` columns; ``valid`` [2B] float."""
-    columns = valid[None, :]
+    """``-log p`` [2B, 2B] of each column in its row's softmax, the positives' weights (equal labels,
+    rows summing to 1), both over the ``valid`` [B] samples, and ``valid`` tiled [2B] (float)."""
+    b = sim.shape[0] // 2
+    valid = tf.tile(tf.ones([b]) if valid is None else tf.cast(valid, tf.float32), [2])
+    labels, columns = tf.tile(labels, [2]), valid[None, :]
     top = tf.reduce_max(tf.where(columns > 0, sim, tf.reduce_min(sim)), axis=1, keepdims=True)
     scores = tf.exp((sim - tf.stop_gradient(top)) / temperature) * columns
     if exclude_self:
         scores *= 1.0 - tf.eye(sim.shape[0])
     nll = -tf.math.log(scores / (tf.reduce_sum(scores, axis=1, keepdims=True) + EPS) + EPS)
     same = tf.cast(tf.equal(labels[:, None], labels[None, :]), tf.float32) * columns
-    return nll, same / (tf.reduce_sum(same, axis=1, keepdims=True) + EPS)
+    return nll, same / (tf.reduce_sum(same, axis=1, keepdims=True) + EPS), valid
 
 
 def nt_xent(sim, labels, temperature: float, valid=None):
     """OCM's ``Supervised_NT_xent_n`` on ``sim`` [2B, 2B] (rows: B samples, then their views),
     ``labels`` [B] (the views' too), over the ``valid`` [B] samples only (None: all)."""
     b = sim.shape[0] // 2
-    valid = tf.tile(tf.ones([b]) if valid is None else tf.cast(valid, tf.float32), [2])
-    nll, positives = _contrast_terms(sim, tf.tile(labels, [2]), temperature, valid, exclude_self=True)
+    nll, positives, valid = _contrast_terms(sim, labels, temperature, valid, exclude_self=True)
     count = tf.maximum(tf.reduce_sum(valid) / 2.0, 1.0)
     supervised = tf.reduce_sum(valid[:, None] * positives * nll) / count
     pairs = tf.linalg.diag_part(nll[:b, b:]) + tf.linalg.diag_part(nll[b:, :b])
@@ -149,9 +132,7 @@ def nt_xent(sim, labels, temperature: float, valid=None):
 def nt_xent_uni(sim, labels, temperature: float, valid=None):
     """OCM's ``Supervised_NT_xent_uni`` (each row's own similarity stays in its softmax, no
     view-pair term), over the ``valid`` [B] samples only."""
-    b = sim.shape[0] // 2
-    valid = tf.tile(tf.ones([b]) if valid is None else tf.cast(valid, tf.float32), [2])
-    nll, positives = _contrast_terms(sim, tf.tile(labels, [2]), temperature, valid, exclude_self=False)
+    nll, positives, valid = _contrast_terms(sim, labels, temperature, valid, exclude_self=False)
     return tf.reduce_sum(valid[:, None] * positives * nll) / tf.maximum(tf.reduce_sum(valid), 1.0)
 
 
@@ -188,14 +169,8 @@ def pair_probabilities(means):
     valid = present[:, None] & present[None, :] & (tf.range(k)[:, None] < tf.range(k)[None, :])
     distance = tf.norm(means[:, None, :] - means[None, :, :], axis=-1)
     closeness = 1.0 / tf.maximum(distance, 1e-12)
-    top = tf.reduce_max(tf.where(valid, closeness, 0.0))
-    scores = tf.where(valid, tf.exp(tf.where(valid, closeness - top, 0.0)), 0.0)
+    scores = tf.exp(tf.where(valid, closeness - tf.reduce_max(tf.where(valid, closeness, 0.0)), -float("inf")))
     return scores / tf.maximum(tf.reduce_sum(scores), 1e-30)
-
-
-def _ranks(scores):
-    """[n] each entry's rank in descending order of ``scores`` (0: the highest)."""
-    return tf.argsort(tf.argsort(scores, direction="DESCENDING"))
 
 
 def pair_counts(probabilities, total, seed):
@@ -207,8 +182,9 @@ def pair_counts(probabilities, total, seed):
     counts = tf.round(p * tf.cast(total, tf.float32))
     diff = tf.cast(total, tf.float32) - tf.reduce_sum(counts)
     u = tf.random.stateless_uniform(tf.shape(p), seed)
-    add = _ranks(tf.where(p > 0, u, -1.0)) < tf.cast(tf.maximum(diff, 0.0), tf.int32)
-    take = _ranks(tf.where(counts > 0, u, -1.0)) < tf.cast(tf.maximum(-diff, 0.0), tf.int32)
+    ranks = [tf.argsort(tf.argsort(tf.where(drawn, u, -1.0), direction="DESCENDING")) for drawn in (p > 0, counts > 0)]
+    add = ranks[0] < tf.cast(tf.maximum(diff, 0.0), tf.int32)
+    take = ranks[1] < tf.cast(tf.maximum(-diff, 0.0), tf.int32)
     counts += tf.cast(add & (p > 0), tf.float32) - tf.cast(take & (counts > 0), tf.float32)
     return tf.reshape(tf.cast(counts, tf.int32), shape)
 
@@ -222,10 +198,9 @@ def pair_of_position(counts, size: int):
 
 
 def random_mixup(size: int, count, p: float, lower: float, upper: float, seed):
-    """The random share's mixup (kornia's RandomMixUpV2 as APF calls it) on the first ``count`` of
-    ``size`` rows: ``(partner [size], weight [size])``; with probability ``p`` the batch mixes: each
-    row with probability ``p`` takes a weight uniform in [lower, upper], its partner a random
-    permutation of the ``count`` rows; other rows keep themselves, weight 0."""
+    """APF's random share (kornia's RandomMixUpV2) on the first ``count`` of ``size`` rows: ``(partner,
+    weight)`` [size]. With probability ``p`` the batch mixes: each row with probability ``p``, weight
+    uniform in [lower, upper], partners a random permutation of the rows; others: themselves, 0."""
     s_batch, s_row, s_weight, s_perm = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
     rows = tf.range(size)
     inside = rows < count
@@ -235,13 +210,6 @@ def random_mixup(size: int, count, p: float, lower: float, upper: float, seed):
     row_mixes = (tf.random.stateless_uniform([size], s_row) < p) & inside & mixes
     weight = tf.where(row_mixes, tf.random.stateless_uniform([size], s_weight, lower, upper), 0.0)
     return tf.where(inside, partner, rows), weight
-
-
-def beta(alpha: float, shape, seed):
-    """Beta(alpha, alpha) draws as a ratio of two gammas."""
-    s1, s2 = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    g1, g2 = tf.random.stateless_gamma(shape, s1, alpha), tf.random.stateless_gamma(shape, s2, alpha)
-    return g1 / tf.maximum(g1 + g2, 1e-30)
 
 
 def pick_slots(memory_labels, filled, classes, seed):
@@ -292,37 +260,31 @@ class OnPro(ContinualModel):
         self.memory_size = int(memory_size)
         self.draw_size = min(int(replay_batch_size), self.memory_size)
         self.rotations = int(rotations)
-        # Classes seen in the stream (the authors' class_holder), the task of the last step (a
-        # task's first step: APF waits), each class's mean projection in the last replay batch.
+        # Classes seen (the authors' class_holder), the last step's task, each class's mean projection.
         self.seen_classes = state_variable(tf.zeros([self.num_classes], tf.int32), "seen_classes")
         self.last_task = state_variable(tf.constant(-1, tf.int32), "last_task")
         self.class_means = state_variable(tf.zeros([self.num_classes, int(projection_size)]), "class_means")
 
     def check_shapes(self, width: int, projection_size: int, rotations: int) -> None:
-        if projection_size >= width:
-            raise ConfigError(f"method.projection_size: {projection_size} is not below the trunk's feature width "
-                              f"{width} (the instance contrast slides a slice of that width over the features); "
-                              f"allowed: 1 to {width - 1}")
         height, side = self.image_shape[0], self.image_shape[1]
-        if rotations > 1 and height != side:
-            raise ConfigError(f"method.rotations: {rotations} turns images by 90 degrees, which needs square images, "
-                              f"got {height}x{side}; allowed: 1")
-        if rotations == 16 and side % 2:
-            raise ConfigError(f"method.rotations: 16 turns each half of an image, which needs an even width, got "
-                              f"{side}; allowed: 1 or 4")
+        if projection_size >= width:  # OCM's contrast slides a slice of that width over the features
+            raise ConfigError(f"method.projection_size: {projection_size} is not below the trunk's feature width "
+                              f"{width}; allowed: 1 to {width - 1}")
+        if rotations > 1 and (height != side or (rotations == 16 and side % 2)):
+            raise ConfigError(f"method.rotations: {rotations} turns images (and, 16, their halves) by 90 degrees: "
+                              f"needs square images (16: of even width), got {height}x{side}; allowed: 1"
+                              + (" or 4" if height == side else ""))
 
     def call(self, x, training=False):
         return self.network(x, training=training)
 
-    def trunk(self):
-        return next(layer for layer in self.network.layers if isinstance(layer, keras.Model))
-
     def embed(self, images):
         """Normalised trunk features [N, D] and projections [N, P] (training mode)."""
-        features = self.trunk()(images, training=True)
+        trunk = next(layer for layer in self.network.layers if isinstance(layer, keras.Model))
+        features = trunk(images, training=True)
         return normalize(float32(features)), normalize(float32(self.projection(features)))
 
-    def seeds(self, salt: int, count: int) -> list:
+    def seeds(self, salt: int, count: int) -> list:  # independent stateless seeds of this step
         return tf.unstack(tf.random.experimental.stateless_split(step_seed(self.seed, self.step_counter, salt), count))
 
     def slice_start(self, features, seed):
@@ -368,8 +330,7 @@ class OnPro(ContinualModel):
 
     def memory_prototypes(self, images, labels, rows, seed):
         """OPE on the replay batch (``rows``: the samples that count) and its class means."""
-        _, z = self.embed(tf.concat([images, authors_transform(images, seed)], axis=0))
-        d = images.shape[0]
+        d, (_, z) = images.shape[0], self.embed(tf.concat([images, authors_transform(images, seed)], axis=0))
         loss, p1, p2 = ope_loss(z[:d], z[d:], labels, rows, self.num_classes, self.settings.proto_temperature)
         return loss, (p1 + p2) / 2.0
 
@@ -408,32 +369,31 @@ class OnPro(ContinualModel):
         return {"loss_ce": ce, "loss_instance": instance, "loss_ope": new_loss + seen_loss}, means
 
     def feedback(self, images, labels, counted, apf):
-        """APF on the replay batch: ``(images, first labels, second labels, weights)`` [D], each row
-        ``(1 - w) * first + w * second``. Rows below ``floor(mixup_base_rate * counted)`` mix at
-        random among themselves (:func:`random_mixup`); the rest up to ``counted`` are pairs of
-        memory samples of close classes (:func:`pair_probabilities`), mixed with probability
-        ``mixup_p`` per pair; the rows past ``counted`` stay as drawn. Off (``apf`` False): as drawn."""
+        """APF: ``(images, first labels, second labels, w)`` [D], rows ``(1 - w) first + w second``: below
+        ``floor(mixup_base_rate * counted)`` mixed among themselves (:func:`random_mixup`), then up to
+        ``counted`` memory samples of close classes mixed in pairs; the rest (all, ``apf`` False) as drawn."""
         cfg, d, k = self.settings, self.draw_size, self.num_classes
-        s = self.seeds(salts.ONPRO_MIXUP, 5)
+        s, rows = self.seeds(salts.ONPRO_MIXUP, 5), tf.range(d)
         base = tf.cast(tf.floor(tf.cast(counted, tf.float64) * cfg.mixup_base_rate), tf.int32)
         partner, w_random = random_mixup(d, base, cfg.mixup_p, cfg.mixup_lower, cfg.mixup_upper, s[0])
         probabilities = pair_probabilities(self.class_means)
-        pair = pair_of_position(pair_counts(probabilities, counted - base, s[1]), d)
-        mixes = tf.gather(tf.random.stateless_uniform([k * k], s[2]) < cfg.mixup_p, pair)
-        w_close = tf.where(mixes, beta(cfg.mixup_alpha, [d], s[3]), 0.0)
+        at = tf.clip_by_value(rows - base, 0, d - 1)  # each row's place among the close-class mixups
+        pair = tf.gather(pair_of_position(pair_counts(probabilities, counted - base, s[1]), d), at)
+        mixes = tf.gather(tf.random.stateless_uniform([k * k], s[2]) < cfg.mixup_p, pair)  # a draw per pair
+        g1, g2 = [tf.random.stateless_gamma([d], seed, cfg.mixup_alpha)
+                  for seed in tf.unstack(tf.random.experimental.stateless_split(s[3], 2))]
         slots = pick_slots(self.memory.labels, self.memory.filled(), tf.concat([pair // k, pair % k], 0), s[4])
-        a, b = slots[:d], slots[d:]
-        rows = tf.range(d)
         close = apf & (rows >= base) & (rows < counted) & (tf.reduce_sum(probabilities) > 0)
-        at = tf.clip_by_value(rows - base, 0, d - 1)  # the close-class mixup each such row takes
-        w = tf.where(close, tf.gather(w_close, at), tf.where(apf & (rows < base), w_random, 0.0))
-        x1 = tf.where(close[:, None, None, None], tf.gather(self.memory.images, tf.gather(a, at)), images)
-        x2 = tf.where(close[:, None, None, None], tf.gather(self.memory.images, tf.gather(b, at)),
-                      tf.gather(images, partner))
-        first = tf.where(close, tf.gather(self.memory.labels, tf.gather(a, at)), labels)
-        second = tf.where(close, tf.gather(self.memory.labels, tf.gather(b, at)), tf.gather(labels, partner))
-        mixed = (1.0 - w[:, None, None, None]) * x1 + w[:, None, None, None] * x2
-        return mixed, first, second, w
+        w = tf.where(close, tf.where(mixes, g1 / tf.maximum(g1 + g2, 1e-30), 0.0),  # Beta(alpha, alpha)
+                     tf.where(apf & (rows < base), w_random, 0.0))
+        stored_x, stored_y = tf.gather(self.memory.images, slots), tf.gather(self.memory.labels, slots)
 
+        def pick(stored, drawn):
+            return tf.where(tf.reshape(close, [-1] + [1] * (drawn.shape.rank - 1)), stored, drawn)
+
+        x1, x2 = pick(stored_x[:d], images), pick(stored_x[d:], tf.gather(images, partner))
+        weight = w[:, None, None, None]
+        return ((1.0 - weight) * x1 + weight * x2, pick(stored_y[:d], labels),
+                pick(stored_y[d:], tf.gather(labels, partner)), w)
 
 Method = OnPro
