@@ -88,10 +88,11 @@ def crop_boxes(shape, seed, scale=CROP_SCALE, ratio=CROP_RATIO, tries: int = CRO
     return tf.stack([y1, x1, y2, x2], axis=1)
 
 
-def random_resized_crop(images, seed):
-    """Each image [N, H, W, C] cropped at random (:func:`crop_boxes`) and resized back to H x W."""
+def random_resized_crop(images, seed, scale=CROP_SCALE):
+    """Each image [N, H, W, C] cropped at random (:func:`crop_boxes`, area fraction in ``scale``)
+    and resized back to H x W."""
     n, height, width = images.shape[0], images.shape[1], images.shape[2]
-    boxes = crop_boxes((n, height, width), seed)
+    boxes = crop_boxes((n, height, width), seed, scale=scale)
     return tf.image.crop_and_resize(images, boxes, tf.range(n), [height, width], method="bilinear")
 
 

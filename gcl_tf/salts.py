@@ -22,8 +22,10 @@ RESERVOIR = 101  # reservoir sampling's slots (counter: samples seen)
 REPLAY = 102  # a replay batch (or MIR's candidates), iCaRL's and A-GEM's memory draws (counter: the step)
 SECOND_REPLAY = 103  # DER++'s second, independent replay batch
 AUGMENT = 104  # the in-step augmentation of the images a step trains on (augment: ocl)
-SECOND_AUGMENT = 105  # a second set of images or view in the same step (ER-ACE's and DER++'s replay, OnPro's)
+SECOND_AUGMENT = 105  # a second set of images or view in the same step (ER-ACE's and DER++'s replay)
 THIRD_AUGMENT = 106  # a third (DER++'s second replay batch)
+ONPRO_VIEWS = 107  # OnPro: its own transform of every view and the feature slices (split into sub-streams)
+ONPRO_MIXUP = 108  # OnPro: APF's mixups (split into sub-streams)
 
 TRAIN_GRAPH = 201  # GCL: the context graph sampled in a training step
 TEST_GRAPH = 202  # GCL: the test graphs sampled in a prediction

@@ -28,6 +28,7 @@ REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's 
     "derpp": ("gcl_tf.methods.derpp", "DERPP"),
     "er_ace": ("gcl_tf.methods.er_ace", "ERACE"),
     "mir": ("gcl_tf.methods.mir", "MIR"),
+    "onpro": ("gcl_tf.methods.onpro", "OnPro"),
     "gcl": ("gcl_tf.methods.gcl", "GCL"),
 }
 

@@ -22,7 +22,13 @@ ROWS = [
     ("er (paper protocol: replay 10)", "er", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 10}),
     ("er, 64 filters", "er", "resnet18", 64, {"memory_size": 500, "replay_batch_size": 64}),
     ("gcl", "gcl", "convnet", 64, {"memory_size": 500}),
+    ("onpro", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
+    ("onpro (first task)", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
+    ("onpro, rotations 4", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64, "rotations": 4}),
 ]
+# The task a row's timed steps run in (default 0): OnPro's step after the first task (4 tasks of 5)
+# mixes, rotates and contrasts the replay batch too; its first task's step does not.
+TASK = {"onpro": 1, "onpro, rotations 4": 1}
 
 
 def main(argv=None):
@@ -44,7 +50,8 @@ def main(argv=None):
             model = make_model(method, SHAPE, backbone=trunk, filters=filters, augment=augment, **keys)
             if method != "gcl":
                 model.optimizer.learning_rate = 0.001
-            steps[augment], traces = prepare_train_step(model, SHAPE)
+            steps[augment], traces = prepare_train_step(model, SHAPE)  # the memory filled in task 0
+            model.current_task.assign(TASK.get(row, 0))
         seconds = interleaved_seconds(steps, args.repeats)
         out[row] = {"none_ms": 1000 * seconds["none"], "ocl_ms": 1000 * seconds["ocl"],
                     "ratio": seconds["ocl"] / seconds["none"]}
