@@ -315,12 +315,14 @@ def saved_by_gcl_tf(path: str) -> bool:
     return any(os.path.exists(os.path.join(folder, name)) for name in run_layout.SAVED_BESIDE_CONFIG)
 
 
-def read_config(path: str) -> dict:
+def read_config(path: str, method_keys: bool = True) -> dict:
     """A config file's mapping; a file a run or search saved (:func:`saved_by_gcl_tf`) as that run
     ran (:func:`with_former_defaults`), so that ``--config RUN/config.yaml`` (``--resume``, a rerun
-    elsewhere) trains what that run trained even when a default changed since."""
+    elsewhere) trains what that run trained even when a default changed since. Those defaults are
+    method keys', read from the method's module: ``method_keys=False`` leaves them out (before
+    TensorFlow loads, as :func:`resolve`)."""
     raw = load_yaml(path)
-    return with_former_defaults(raw) if saved_by_gcl_tf(path) else raw
+    return with_former_defaults(raw) if method_keys and saved_by_gcl_tf(path) else raw
 
 
 def load_saved_config(path: str) -> Config:
@@ -330,7 +332,7 @@ def load_saved_config(path: str) -> Config:
 
 def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:
     """The config of a YAML file and ``--set`` overrides (``method_keys``: see :func:`resolve`)."""
-    raw = read_config(path) if path else {}
+    raw = read_config(path, method_keys) if path else {}
     return resolve(raw, overrides, method_keys)
 
 
