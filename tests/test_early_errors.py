@@ -214,3 +214,47 @@ def test_the_plain_sgd_rule_before_tensorflow_is_each_methods_own():
         except ConfigError as error:
             refused = str(error)
         assert refused_early == refused, name
+
+
+def test_paper_dry_run_calls_a_tfds_dataset_prepared_only_when_tfds_finished_it(tmp_path):
+    """An empty mnist/ folder (a download that failed before gcl_tf cleaned up after one) is not
+    prepared; a version folder holding TFDS's dataset_info.json is."""
+    data = tmp_path / "tfds"
+    (data / "mnist").mkdir(parents=True)
+    states = []
+    for _ in range(2):
+        proc = without_tensorflow("gcl_tf.benchmark", "paper", "--benchmarks", "permuted_mnist", "--methods", "er",
+                                  "--seeds", "1", "--studies", "main", "--set", f"benchmark.path={data}",
+                                  "--output", str(tmp_path / "suite"), "--dry-run")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        states.append([line for line in proc.stdout.splitlines() if line.startswith("data: ")])
+        (data / "mnist" / "3.0.1").mkdir(exist_ok=True)
+        (data / "mnist" / "3.0.1" / "dataset_info.json").write_text("{}")
+    assert states == [[f"data: permuted_mnist: TFDS 'mnist' in {data} (not prepared: downloaded on first use, which "
+                        "needs the network)"], [f"data: permuted_mnist: TFDS 'mnist' in {data} (prepared)"]]
+
+
+def test_gcl_tf_run_names_its_own_keywords_not_the_command_line_options(tmp_path):
+    """What gcl_tf.run refuses, it says in its keywords: overwrite=True, resume=True, output_dir."""
+    import gcl_tf
+    from gcl_tf.errors import NotResumable, UserError
+    from gcl_tf.faults import exclusive
+
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "results.json").write_text("{}")
+    cases = {
+        str(done): ({}, "results.json exists; pass overwrite=True to replace it or choose another output_dir"),
+        unfinished_run(tmp_path): ({}, "; pass resume=True to continue it, or overwrite=True to start again and "
+                                       "delete it, or choose another output_dir"),
+        a_file(tmp_path): ({}, "output_dir: "),
+        str(tmp_path / "new"): ({"resume": True}, "resume=True: no checkpoint to resume from in "),
+    }
+    for folder, (keywords, expected) in cases.items():
+        with pytest.raises(UserError) as error:
+            gcl_tf.run(QUICKSTART, output_dir=folder, **keywords)
+        assert expected in str(error.value) and "--" not in str(error.value), str(error.value)
+    assert isinstance(error.value, NotResumable) and "--" not in error.value.advice
+    with exclusive(str(tmp_path / "busy")), pytest.raises(UserError) as error:
+        gcl_tf.run(QUICKSTART, output_dir=str(tmp_path / "busy"), overwrite=True)
+    assert str(error.value).endswith("wait for it to end, stop it, or choose another output_dir")

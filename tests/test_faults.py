@@ -184,7 +184,7 @@ def test_a_folder_that_holds_an_unfinished_run_is_refused_without_resume_or_over
     message = cli_error(train.main, ["--config", config, "--output", str(run)], capsys)
     assert "holds an unfinished run (its checkpoint of step 12 in" in message, message
     assert "--resume" in message and "--overwrite" in message
-    with pytest.raises(UserError, match="unfinished run.*--resume.*--overwrite"):
+    with pytest.raises(UserError, match="unfinished run.*resume=True.*overwrite=True"):  # the API's own words
         gcl_tf.run(config, output_dir=str(run), verbose=0)
     assert snapshot(run) == before
 

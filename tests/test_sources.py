@@ -437,53 +437,94 @@ def test_tfds_unknown_dataset_is_a_data_error(make_config):
 
 
 # No network, whatever the machine: every HTTP(S) request goes to a proxy that refuses connections
-# (port 9, discard), and TFDS's downloader gives up at once instead of retrying with backoff for
-# about 3.5 minutes.
+# (port 9, discard). TFDS's downloader would retry each URL ten times with a doubling pause (about
+# 3.5 minutes); gcl_tf's probe (gcl_tf/data/tfds_files.py) fails it at once. NO_RETRIES keeps a
+# test that is not about that from waiting if it regressed.
 OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
            "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
 NO_RETRIES = "import tensorflow_datasets.core.download.downloader as d; d.MAX_RETRIES = 0"
 
 
-def offline(monkeypatch):
-    from tensorflow_datasets.core.download import downloader
+def offline(monkeypatch) -> dict:
+    """No network (OFFLINE), and what TFDS's downloader then does, counted: ``probed``, the URLs
+    gcl_tf's probe tried before TFDS opened them; ``retries``, urllib3's retries of a failed
+    request (their pauses skipped, so that a regression fails fast instead of waiting)."""
+    from urllib3.util.retry import Retry
+
+    from gcl_tf.data import tfds_files
 
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
     for key in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(downloader, "MAX_RETRIES", 0)
+    seen = {"probed": [], "retries": 0}
+    probe, increment = tfds_files.check_reachable, Retry.increment
+
+    def probed(url, *args, **kwargs):
+        seen["probed"].append(url)
+        return probe(url, *args, **kwargs)
+
+    def counted(self, *args, **kwargs):
+        seen["retries"] += 1
+        return increment(self, *args, **kwargs)
+
+    monkeypatch.setattr(tfds_files, "check_reachable", probed)
+    monkeypatch.setattr(Retry, "increment", counted)
+    monkeypatch.setattr(Retry, "sleep", lambda self, response=None: None)
+    return seen
 
 
 @pytest.mark.slow  # TFDS's own MNIST builder, and the CLI in a second process
-def test_tfds_runs_its_real_builder_and_fails_only_for_want_of_the_network(monkeypatch, tmp_path):
+def test_tfds_runs_its_real_builder_and_fails_at_once_for_want_of_the_network(monkeypatch, tmp_path):
     """``gcl_tf.data.load("mnist", source="tfds")`` into an empty data_dir runs TFDS's real MNIST
-    builder (no mock_data): it reads the dataset's info, prepares the folder and gets as far as the
-    download, which fails only because there is no network; our one line says so (and not that a
-    module is missing), and the CLI prints it and exits 2."""
+    builder (no mock_data): it reads the dataset's info and gets as far as opening MNIST's URLs,
+    where the download fails at once (no retry) because there is no network; our one line says
+    so (and not that a module is missing), the data_dir is left as it was (nothing: no temporary
+    file, no empty mnist/ that would read as prepared), and the CLI prints the line and exits 2."""
     import gcl_tf
 
-    offline(monkeypatch)
+    seen = offline(monkeypatch)
     data_dir = tmp_path / "tfds"
     source = gcl_tf.data.load("mnist", source="tfds", path=str(data_dir))
     assert source.num_classes == 10 and source.class_names()[:2] == ["0", "1"]  # the builder's own info
     message = one_line_data_error(lambda: source.load("train"))
     assert message.startswith(f"TFDS dataset 'mnist' (train) is not prepared in {data_dir} and could not be "
-                              "downloaded: no network (ProxyError: "), message
+                              "downloaded: no network (ConnectionError: cannot reach 127.0.0.1:9 ("), message
     assert "tfds build mnist --data_dir DIR" in message and "module" not in message
-    assert (data_dir / "downloads").is_dir()  # TFDS's download manager got to work
+    assert seen["probed"] and all("/mnist/" in url for url in seen["probed"]), seen  # TFDS's builder got there
+    assert seen["retries"] == 0  # failed at once, not after TFDS's ten retries per URL
+    assert not data_dir.exists(), sorted(str(p) for p in data_dir.rglob("*"))
 
     config = tmp_path / "config.yaml"
     config.write_text(f"benchmark: {{name: permuted, dataset: mnist, source: tfds, path: {data_dir}, num_tasks: 2,"
                       " samples_per_task: 20}\nmethod: {name: finetune}\nmodel: {hidden_size: 8}\n")
-    code = f"{NO_RETRIES}\nfrom gcl_tf.train import main\nmain(['--config', {str(config)!r}, '--output', " \
-           f"{str(tmp_path / 'run')!r}])"
+    code = f"from gcl_tf.train import main\nmain(['--config', {str(config)!r}, '--output', {str(tmp_path / 'run')!r}])"
     env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
                           env={**env, **OFFLINE, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "could not be downloaded: no network (ProxyError: " in errors[0], proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith(("E0000 ", "W0000 ", "WARNING: All"))]
+    assert len(lines) == 1 and "could not be downloaded: no network (ConnectionError: " in lines[0], proc.stderr[-3000:]
+    assert not data_dir.exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # TFDS's own MNIST builder
+def test_a_failed_tfds_download_leaves_what_was_there_before(monkeypatch, tmp_path):
+    """A data_dir holding another dataset and its downloads: a failed download removes only what
+    it made, and the empty mnist/ folder a user made is not reported as prepared."""
+    import gcl_tf
+    from gcl_tf.data.tfds_files import prepared
+
+    offline(monkeypatch)
+    data_dir = tmp_path / "tfds"
+    for folder in ("cifar10/3.0.2", "downloads/cifar10", "downloads/extracted", "mnist"):
+        (data_dir / folder).mkdir(parents=True)
+    (data_dir / "cifar10" / "3.0.2" / "dataset_info.json").write_text("{}")
+    (data_dir / "downloads" / "cifar10" / "part.tmp.0123").write_text("theirs")
+    before = sorted(str(p) for p in data_dir.rglob("*"))
+    assert prepared(str(data_dir), "cifar10") and not prepared(str(data_dir), "mnist")
+    one_line_data_error(lambda: gcl_tf.data.load("mnist", source="tfds", path=str(data_dir)).load("train"))
+    assert sorted(str(p) for p in data_dir.rglob("*")) == before
 
 
 @pytest.mark.slow  # a second process
