@@ -49,7 +49,6 @@ from gcl_tf.errors import ConfigError, DataError, Stopped, UserError, exit_on_us
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
 from gcl_tf.prechecks import output_folder, plain_sgd
-from gcl_tf.schema import MemoryMethodConfig
 
 PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
                     "split_miniimagenet")
@@ -61,7 +60,6 @@ PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn
                           "backbone": ("split_cifar10",), "graph_lambda": ("split_cifar10",)}
 PAPER_MEMORY_SIZES = (100, 250, 500, 1000)
 DEFAULT_SEEDS = 5  # the paper's five runs
-MEMORY_DEFAULT = MemoryMethodConfig.memory_size  # every memory method's, declared once
 
 
 @dataclass
@@ -195,24 +193,10 @@ def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, ba
     return studies, selected, wanted_methods, sizes, trunks, _graph_lambdas(graph_lambdas)
 
 
-def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
-         studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
-         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
-         graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
-         method_keys=True) -> list[Run]:
-    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
-    training). Runs that are the same (e.g. the memory study at the preset's size and the main
-    run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
-    TensorFlow loads: gcl_tf.config.resolve), each run with the method keys its config states
-    (``Run.stated``), which decide the studies' main runs as the keys do (a memory size not
-    stated: the default, ``MemoryMethodConfig``'s)."""
-    from gcl_tf import config as config_lib
-
-    studies, selected, wanted_methods, sizes, trunks, lambdas = _selection(
-        config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas)
+def _benchmarks_by_study(config_dir, studies, selected, requested, wanted_methods, overrides, log) -> dict:
+    """Each study's benchmarks among the ``selected`` ones (``requested``: the command line's
+    choice per study, None for the paper's); a note for a study none of whose is selected."""
     study_benchmarks = {"main": selected}
-    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks,
-                 "graph_lambda": graph_lambda_benchmarks}
     for study in PAPER_STUDY_BENCHMARKS:
         study_benchmarks[study] = _study_benchmarks(requested[study], study, selected) if study in studies else []
         if study in studies and not study_benchmarks[study]:
@@ -221,9 +205,27 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
                 f"none of which is selected; pass --{study.replace('_', '-')}-benchmarks NAME[,NAME] or all")
     if study_benchmarks["backbone"]:
         study_benchmarks["backbone"] = _backbone_benchmarks(config_dir, study_benchmarks["backbone"],
-                                                            _names(backbone_benchmarks) == ["all"], wanted_methods,
+                                                            _names(requested["backbone"]) == ["all"], wanted_methods,
                                                             overrides, log)
+    return study_benchmarks
 
+
+def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
+         studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
+         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
+         graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
+         method_keys=True) -> list[Run]:
+    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
+    training); the same run twice (the memory study at the preset's size, the main run) once.
+    ``method_keys=False``: before TensorFlow loads, without the methods' own keys, each run with
+    those its config states (``Run.stated``; gcl_tf.benchmark.studies.preset_value)."""
+    from gcl_tf import config as config_lib
+
+    studies, selected, wanted_methods, sizes, trunks, lambdas = _selection(
+        config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas)
+    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks,
+                 "graph_lambda": graph_lambda_benchmarks}
+    study_benchmarks = _benchmarks_by_study(config_dir, studies, selected, requested, wanted_methods, overrides, log)
     runs, seen = [], {}
 
     def add(benchmark, variant, method, study, variant_overrides):
@@ -247,24 +249,20 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
         if missing and ("main" in studies or b in study_benchmarks["backbone"]):
             log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
 
-        def preset(m, keys=method_keys):
-            return config_lib.load_config(path, [f"method.name={m}", *overrides], keys)
-
-        def preset_value(m, key, default=None):  # the preset's method key, stated or (with the keys) resolved
-            if method_keys:
-                return getattr(preset(m).method, key)
-            return config_lib.stated_method_keys(config_lib.read_config(path), [f"method.name={m}", *overrides]
-                                                 ).get(key, default)
+        def preset_value(m, key, default=None):
+            return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, method_keys, default)
 
         planned = {"main": [(m, m, []) for m in main] if "main" in studies else []}
         if b in study_benchmarks["ablation"]:
             planned["ablation"] = study_runs.ablation(path, presets)
         if b in study_benchmarks["memory"]:
             planned["memory"] = study_runs.memory(
-                path, presets, sizes, lambda m: preset_value(m, "memory_size", MEMORY_DEFAULT), wanted_methods)
+                path, presets, sizes, lambda m: preset_value(m, "memory_size", study_runs.MEMORY_DEFAULT),
+                wanted_methods)
         if b in study_benchmarks["backbone"]:
             planned["backbone"] = study_runs.backbone(
-                main, trunks, lambda m: layout.trunk_of(preset(m, False).to_dict()["model"]))
+                main, trunks, lambda m: layout.trunk_of(
+                    config_lib.load_config(path, [f"method.name={m}", *overrides], False).to_dict()["model"]))
         if b in study_benchmarks["graph_lambda"]:
             planned["graph_lambda"] = study_runs.graph_lambda(
                 path, presets, lambdas, lambda: preset_value("gcl", "graph_lambda"))
