@@ -81,7 +81,8 @@ class TrainConfig:
     distribute: Literal["none", "mirrored", "multi_worker"] = "none"
     # Devices for distribute: mirrored, e.g. ["/cpu:0", "/cpu:1"] (null: all local GPUs, else the CPU).
     devices: Optional[list[str]] = None
-    # Keras progress bar: 0 silent, 1 bar (a line per task when stdout is not a terminal), 2 a line per task.
+    # Progress: 0 silent; 1 Keras's bar on a terminal, and in a log file (stdout not a terminal) a line
+    # per task and our progress line about once a minute (step, rate, time left); 2 also Keras's line per epoch.
     verbose: int = field(default=1, metadata=value_range(0, 2))
     # Save a checkpoint (DIR/checkpoints) every this many training steps, and always at the end of
     # every task; 0: only at task ends. `python -m gcl_tf.train ... --resume` continues from the last.

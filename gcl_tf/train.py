@@ -13,7 +13,8 @@ are gcl_tf/run_layout.py's.
 One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
 checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 
-Reading order: :func:`main` checks the config, the folder and the paths before TensorFlow loads;
+Reading order: :func:`main` checks the config, the folder, the paths and the data of a source read
+without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads;
 :func:`train_model` checks the data and the devices, holds the folder and restores (or builds) the
 model (:func:`restore`); :class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and
 writes the learner and the results.
@@ -50,8 +51,9 @@ PROGRESS_SECONDS = 60.0  # a progress line about once a minute in a log file (tr
 # ----------------------------------------------------------------------------- before training
 def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None:
     """Refuse to replace a finished run, or an unfinished one (its checkpoints) without
-    ``--resume`` or ``--overwrite``. No write (bad input must leave the folder alone) and no
-    TensorFlow: the command line checks this first."""
+    ``--resume`` or ``--overwrite``, or a path that cannot be a folder. Nothing written (bad input
+    must leave the folder alone; :func:`gcl_tf.faults.check_writable`'s probe is removed at once)
+    and no TensorFlow: the command line checks this first."""
     check_writable(output_dir)  # a file, under a file, /proc: said as such, not as a failed write
     results = os.path.join(output_dir, RESULTS)
     if os.path.exists(results) and resume:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from gcl_tf.benchmark import layout
 from gcl_tf.benchmark import studies as study_runs
-from gcl_tf.benchmark.status import finished, resumable  # noqa: F401 (finished: also the API's)
+from gcl_tf.benchmark.status import finished, resumable
 from gcl_tf.errors import ConfigError, DataError, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
