@@ -132,11 +132,14 @@ def _nothing_left_on_failure(folder: str, name: str):
 
 
 class _NotYetPrepared(logging.Filter):
-    """TFDS's warning that a dataset's version folder has no dataset_info.json, which it logs
-    when it asks whether a dataset not yet downloaded is prepared: before every first download."""
+    """TFDS's warning that a dataset's version folder has no dataset_info.json when that folder
+    does not exist yet: it asks whether a dataset not downloaded yet is prepared, before every
+    first download. (About a folder that is there, the warning stays.)"""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Variant folder %s has no")
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (str(record.msg).startswith("Variant folder %s has no") and args
+                    and not os.path.isdir(os.fspath(args[0])))
 
 
 @contextlib.contextmanager
