@@ -54,10 +54,14 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
     ``config_or_path``: a YAML file, a mapping of its sections or a :class:`gcl_tf.config.Config`.
     ``overrides`` replace keys: a section's keys as a mapping (``method={"name": "er"}``),
     dotted keys (``**{"train.epochs": 2}``) or top-level keys (``seed=1``). The run writes its
-    folder (``output_dir``, default: the config's) as ``python -m gcl_tf.train`` does.
+    folder (``output_dir``, default: the config's) as ``python -m gcl_tf.train`` does, and refuses
+    what it refuses (a :class:`gcl_tf.errors.UserError` of one line, naming ``overwrite=True``,
+    ``resume=True`` or ``output_dir`` where the command line names its options).
     """
     from gcl_tf import config as config_lib
     from gcl_tf import train
+    from gcl_tf.errors import UserError, in_api_words
+    from gcl_tf.faults import check_free
 
     if isinstance(config_or_path, (str, os.PathLike)):
         raw = config_lib.read_config(os.fspath(config_or_path))
@@ -69,7 +73,11 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
         _set(raw, key.split("."), value)
     config = config_lib.resolve(raw)
     output_dir = output_dir or config.output_dir
-    results = train.run(config, output_dir=output_dir, overwrite=overwrite, verbose=verbose, resume=resume)
+    try:
+        check_free(output_dir)  # another run's folder: said before the data loads, as the command line does
+        results = train.run(config, output_dir=output_dir, overwrite=overwrite, verbose=verbose, resume=resume)
+    except UserError as error:  # what to do, in this function's keywords (resume=True, not --resume)
+        raise in_api_words(error) from None
     return Results.from_dict(results, output_dir)
 
 

@@ -207,14 +207,20 @@ class RunCheckpoints:
         )
 
     def _forget(self, damaged: list[str], candidates: list[str]) -> None:
-        """Remove the ``damaged`` checkpoints' files and list only the others in the index."""
+        """Remove the ``damaged`` checkpoints' files and list only the others in the index, as
+        CheckpointManager writes it: names relative to the folder (it can still be moved) and
+        each one's time, by which the manager deletes the superseded ones later (a checkpoint
+        listed without one would be kept for good, a third beside the last two)."""
         for path in damaged:
             for name in glob.glob(glob.escape(path) + ".*"):
                 os.unlink(name)
-        # Oldest first, as the index; names relative to the folder, as CheckpointManager writes
-        # them, so the folder can still be moved.
-        kept = [os.path.basename(p) for p in reversed(candidates) if p not in damaged]
-        tf.compat.v1.train.update_checkpoint_state(self.folder, kept[-1], kept)
+        state = tf.train.get_checkpoint_state(self.folder)
+        times = dict(zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps)) if state else {}
+        kept = [p for p in reversed(candidates) if p not in damaged]  # oldest first, as the index
+        tf.__internal__.train.update_checkpoint_state(  # (tf.compat.v1's is deprecated, and says so)
+            self.folder, kept[-1], kept, save_relative_paths=True,
+            all_model_checkpoint_timestamps=[times.get(p) or os.path.getmtime(p + ".index") for p in kept],
+            last_preserved_timestamp=state.last_preserved_timestamp if state else None)
 
     def check_finite(self) -> None:
         """A TrainingError naming the step (and its task and batch) if a step was not finite.

@@ -13,19 +13,29 @@ by :mod:`gcl_tf.tune` (only a search reads it).
 
 Layers: :mod:`gcl_tf.schema` (validation) <- :mod:`gcl_tf.data.config` (the ``benchmark`` keys)
 and :mod:`gcl_tf.methods` (each method's keys) <- this module (the whole run's config): no import
-runs back up.
+runs back up. The file and the ``--set`` overrides are read by :mod:`gcl_tf.config_dicts`.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import yaml
 
 from gcl_tf import methods, run_layout
+from gcl_tf.config_dicts import (  # noqa: F401 (re-exported: gcl_tf.config is where callers read them)
+    _deep_merge,
+    apply_overrides,
+    describe_differences,
+    flat_keys,
+    load_yaml,
+    parse_override,
+    without_keys,
+)
 from gcl_tf.data.config import BenchmarkConfig, settle_color_mode
 from gcl_tf.errors import ConfigError
 from gcl_tf.methods import declared
@@ -71,7 +81,8 @@ class TrainConfig:
     distribute: Literal["none", "mirrored", "multi_worker"] = "none"
     # Devices for distribute: mirrored, e.g. ["/cpu:0", "/cpu:1"] (null: all local GPUs, else the CPU).
     devices: Optional[list[str]] = None
-    # Keras progress bar: 0 silent, 1 bar (a line per task when stdout is not a terminal), 2 a line per task.
+    # Progress: 0 silent; 1 Keras's bar on a terminal, and in a log file (stdout not a terminal) a line
+    # per task and our progress line about once a minute (step, rate, time left); 2 also Keras's line per epoch.
     verbose: int = field(default=1, metadata=value_range(0, 2))
     # Save a checkpoint (DIR/checkpoints) every this many training steps, and always at the end of
     # every task; 0: only at task ends. `python -m gcl_tf.train ... --resume` continues from the last.
@@ -129,66 +140,6 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def _deep_merge(base: dict, update: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'a.b=3'`` -> (['a', 'b'], 3). The value is read as YAML (``true``, ``1e-3``, ``[1, 2]``)."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value, for example train.learning_rate=0.01")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value, for example train.learning_rate=0.01")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.split("."), value
-
-
-def apply_overrides(raw: dict, overrides) -> dict:
-    raw = copy.deepcopy(raw)
-    for text in overrides or ():
-        path, value = parse_override(text)
-        node = raw
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(path[: i + 1])
-                raise ConfigError(f"--set {text!r}: '{where}' is not a section")
-            node = child
-        node[path[-1]] = value
-    return raw
-
-
-def load_yaml(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} does not exist")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"config file {path!r} is not valid YAML{where}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path!r}: expected a mapping of sections at the top level")
-    return data
-
-
 def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config.
 
@@ -224,16 +175,33 @@ def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     return config
 
 
+def stated_method_keys(raw: dict, overrides=()) -> dict:
+    """The method's own keys a raw config states (the file, the selected preset and ``--set``,
+    merged as :func:`resolve` merges them), as written: all that is known of their values before
+    TensorFlow loads. Call it on a config :func:`resolve` accepted."""
+    raw = apply_overrides(raw, overrides)
+    presets = raw.pop("presets", None) or {}
+    name = (raw.get("method") or {}).get("name", MethodConfig.name)
+    if name in presets:
+        raw = apply_overrides(_deep_merge(raw, presets[name]), overrides)
+    return {key: value for key, value in (raw.get("method") or {}).items() if key != "name"}
+
+
 def _check_method_key_names(name: str, section, where: str) -> None:
     """Unknown keys of a method's section, from the keys its module declares (read from source,
     before TensorFlow loads: gcl_tf/methods/declared.py); their values are checked on import."""
-    keys = declared.config_keys(methods.REGISTRY[name][0])
+    keys = _declared_keys(methods.REGISTRY[name][0])
     if keys is None or not isinstance(section, dict):
         return
     for key in section:
         if key not in keys:
             raise ConfigError(f"unknown key '{where}.{key}'; {did_you_mean(key, keys, where)}"
                               f"allowed: {', '.join(keys)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _declared_keys(module: str):
+    return declared.config_keys(module)
 
 
 def _method_name(method_raw) -> str:
@@ -316,44 +284,6 @@ def missing_data_path(benchmark) -> str | None:
     return None
 
 
-def flat_keys(data: dict, prefix: str = "") -> dict:
-    """A config dictionary's values by dotted key (``{"train.batch_size": 10, ...}``)."""
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(flat_keys(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def without_keys(data: dict, dotted_keys) -> dict:
-    """A copy of a config dictionary without the ``dotted_keys`` (``"train.verbose"``; absent
-    keys are no error)."""
-    out = copy.deepcopy(data)
-    for dotted in dotted_keys:
-        *parents, key = str(dotted).split(".")
-        node = out
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(key, None)
-    return out
-
-
-def describe_differences(before: dict, after: dict, ignored=()) -> str:
-    """The dotted keys whose values differ between two config dictionaries (nested or flat;
-    ``ignored`` keys and sections left out), the first three as ``key (before -> after)`` in one
-    line; "" when none differs."""
-    def keep(key):
-        return not any(key == k or key.startswith(k + ".") for k in ignored)
-
-    a, b = flat_keys(before), flat_keys(after)
-    keys = [k for k in dict.fromkeys(list(a) + list(b)) if keep(k)]
-    shown = [f"{k} ({a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r})" for k in keys if a.get(k) != b.get(k)]
-    return "; ".join(shown[:3]) + ("; ..." if len(shown) > 3 else "")
-
-
 def with_former_defaults(saved: dict) -> dict:
     """A config dictionary an earlier run saved, with each key of its method's ``former_defaults``
     (keys whose default changed since) that it lacks set to that former default: the run, saved
@@ -386,12 +316,14 @@ def saved_by_gcl_tf(path: str) -> bool:
     return any(os.path.exists(os.path.join(folder, name)) for name in run_layout.SAVED_BESIDE_CONFIG)
 
 
-def read_config(path: str) -> dict:
+def read_config(path: str, method_keys: bool = True) -> dict:
     """A config file's mapping; a file a run or search saved (:func:`saved_by_gcl_tf`) as that run
     ran (:func:`with_former_defaults`), so that ``--config RUN/config.yaml`` (``--resume``, a rerun
-    elsewhere) trains what that run trained even when a default changed since."""
+    elsewhere) trains what that run trained even when a default changed since. Those defaults are
+    method keys', read from the method's module: ``method_keys=False`` leaves them out (before
+    TensorFlow loads, as :func:`resolve`)."""
     raw = load_yaml(path)
-    return with_former_defaults(raw) if saved_by_gcl_tf(path) else raw
+    return with_former_defaults(raw) if method_keys and saved_by_gcl_tf(path) else raw
 
 
 def load_saved_config(path: str) -> Config:
@@ -401,7 +333,7 @@ def load_saved_config(path: str) -> Config:
 
 def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:
     """The config of a YAML file and ``--set`` overrides (``method_keys``: see :func:`resolve`)."""
-    raw = read_config(path) if path else {}
+    raw = read_config(path, method_keys) if path else {}
     return resolve(raw, overrides, method_keys)
 
 

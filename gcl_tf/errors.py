@@ -3,6 +3,7 @@ line, exit status 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM).""
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 USAGE_EXIT_CODE = 2
@@ -55,6 +56,24 @@ class FolderBusy(UserError):
 
 class OutOfMemory(UserError):
     """The run's buffers need more memory than the device has."""
+
+
+# The command line's options a message may advise, as ``gcl_tf.run`` names them (its keywords).
+API_WORDS = {"--output": "output_dir", "--overwrite": "overwrite=True", "--resume": "resume=True",
+             "--init-from": "init_from"}
+_OPTION = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, API_WORDS)) + r")(?![\w-])")
+
+
+def in_api_words(error: UserError) -> UserError:
+    """``error`` with the command-line options its message advises (``pass --overwrite``,
+    ``choose another --output``) named as ``gcl_tf.run``'s keywords, for a caller of the Python
+    API; the same exception, its message replaced."""
+    text = _OPTION.sub(lambda match: API_WORDS[match.group(1)], str(error))
+    error.args = (text, *error.args[1:])
+    if isinstance(error, NotResumable):
+        error.reason, error.advice = (_OPTION.sub(lambda m: API_WORDS[m.group(1)], part)
+                                      for part in (error.reason, error.advice))
+    return error
 
 
 class Stopped(KeyboardInterrupt):

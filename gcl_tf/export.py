@@ -27,9 +27,10 @@ import sys
 import tempfile
 
 from gcl_tf.errors import UserError, exit_on_user_error
+from gcl_tf.faults import check_writable
 from gcl_tf.io import read_json, write_json_atomic
 from gcl_tf.quiet import import_tensorflow
-from gcl_tf.run_layout import CONFIG, MODEL_INFO, checkpoint_dir, checkpoint_steps
+from gcl_tf.run_layout import CONFIG, MODEL_INFO, RESULTS, checkpoint_dir, checkpoint_steps
 
 METADATA = "metadata.json"
 SIGNATURE = "serving_default"
@@ -82,11 +83,13 @@ def serving_module(model):
 def check_out(out: str, overwrite: bool) -> None:
     if os.path.exists(out) and not overwrite:
         raise UserError(f"OUT: {os.path.abspath(out)} exists; pass --overwrite to replace it or choose another folder")
+    check_writable(out, "OUT")  # a file, under a file, a disk that takes no folder: before anything is built
 
 
-def check_run_dir(run_dir: str) -> None:
-    """RUN_DIR is a run's folder: its config, its model description and a checkpoint (checked
-    before TensorFlow loads)."""
+def check_run_dir(run_dir: str, allow_unfinished: bool = True) -> None:
+    """RUN_DIR is a run's folder: its config, its model description and a checkpoint, and, unless
+    ``allow_unfinished``, its results.json (a run is finished once it exists); checked before
+    TensorFlow loads."""
     from gcl_tf import config as config_lib
 
     if not os.path.isdir(run_dir):
@@ -94,9 +97,14 @@ def check_run_dir(run_dir: str) -> None:
     for path in (os.path.join(run_dir, CONFIG), os.path.join(run_dir, MODEL_INFO)):
         if not os.path.isfile(path):
             raise UserError(f"RUN_DIR: {path} is missing; is {run_dir!r} a folder written by gcl_tf.train?")
-    config_lib.load_config(os.path.join(run_dir, CONFIG), method_keys=False)
-    if not checkpoint_steps(run_dir):
+    steps = checkpoint_steps(run_dir)
+    if not steps:
         raise UserError(f"RUN_DIR: no checkpoint in {checkpoint_dir(run_dir)}; train the run first")
+    if not allow_unfinished and not os.path.isfile(os.path.join(run_dir, RESULTS)):
+        raise UserError(f"RUN_DIR: the run is not finished (no {RESULTS}; its last checkpoint is of step {steps[-1]}); "
+                        f"finish it with python -m gcl_tf.train --config {os.path.join(run_dir, CONFIG)} --resume, "
+                        "or pass --allow-unfinished")
+    config_lib.load_config(os.path.join(run_dir, CONFIG), method_keys=False)
 
 
 def load_run(run_dir: str, allow_unfinished: bool = False):
@@ -105,7 +113,7 @@ def load_run(run_dir: str, allow_unfinished: bool = False):
     from gcl_tf import methods
     from gcl_tf.checkpoint import RunCheckpoints, latest_checkpoint
 
-    check_run_dir(run_dir)
+    check_run_dir(run_dir, allow_unfinished)
     config_path, info_path = os.path.join(run_dir, CONFIG), os.path.join(run_dir, MODEL_INFO)
     config = config_lib.load_saved_config(config_path)
     try:
@@ -195,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     check_out(args.out, args.overwrite)  # both before TensorFlow loads
-    check_run_dir(args.run_dir)
+    check_run_dir(args.run_dir, args.allow_unfinished)
     import_tensorflow()
     metadata = export(args.run_dir, args.out, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished)
     shape = "x".join(str(d) for d in metadata["input_shape"])

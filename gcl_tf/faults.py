@@ -7,7 +7,9 @@
 - :class:`StopSignals`: SIGTERM (schedulers, cloud preemption) and Ctrl-C (SIGINT) only set a
   flag, which the training loop reads between steps to save a checkpoint and stop; a second
   signal acts as it would have without this (stops at once).
-- :func:`disk_error`: a write that failed (a full disk, an I/O error, no permission) as one line.
+- :func:`disk_error`: a write that failed (a full disk, an I/O error, no permission) as one line;
+  :func:`check_writable`: an output folder that cannot be one (a file, under a file, not writable),
+  said before anything is written.
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import errno
 import fcntl
 import os
 import signal
+import tempfile
 import threading
 
-from gcl_tf.errors import DiskError, FolderBusy
+from gcl_tf.errors import DiskError, FolderBusy, UserError
 from gcl_tf.run_layout import LOCK_FILE
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -57,6 +60,33 @@ def _holder(fd: int) -> str:
 def _busy(folder: str, path: str, holder: str, option: str) -> FolderBusy:
     return FolderBusy(f"{folder} is in use by another run ({holder} holds {path}); wait for it to end, stop it, "
                       f"or choose another {option}")
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def check_writable(folder: str, option: str = "--output") -> None:
+    """A one-line :class:`UserError` unless ``folder`` can be an output folder: a folder, or a
+    path whose nearest existing parent is one this process can create folders in (a probe folder
+    is created there and removed at once: the operating system answers, whatever the file
+    system; /proc, say, takes none). Nothing is left behind."""
+    path = os.path.abspath(folder)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UserError(f"{option}: {folder} is a file, not a folder; allowed: a new or existing folder")
+    existing = _nearest_existing(path)
+    if not os.path.isdir(existing):
+        raise UserError(f"{option}: {folder} cannot be a folder: {existing} is a file; allowed: a path whose "
+                        "parents are folders")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".gcl_tf-probe-", dir=existing))
+    except OSError as error:
+        where = "it" if existing == path else existing
+        raise DiskError(f"{option}: {folder} cannot be written: {where} takes no new folder ({error.strerror}); "
+                        "allowed: a folder on a writable disk") from None
 
 
 def check_free(folder: str, option: str = "--output") -> None:

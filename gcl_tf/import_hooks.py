@@ -12,7 +12,9 @@
   ``import gcl_tf`` (by a method on first use, by ``import keras``, or by the user) drops the
   start-up INFO lines and the CUDA probe's failure on a machine without a GPU
   (:mod:`gcl_tf.quiet`), with ``TF_CPP_MIN_LOG_LEVEL`` 2 unless it is set
-  (``TF_CPP_MIN_LOG_LEVEL=0`` shows everything).
+  (``TF_CPP_MIN_LOG_LEVEL=0`` shows everything). A TensorFlow imported before gcl_tf that
+  runs without the oneDNN kernels gcl_tf would have chosen is named in one line
+  (:func:`gcl_tf.quiet.note_import_order`).
 
 Both hook the first import of ``keras`` and ``tensorflow`` with a finder at the front of
 ``sys.meta_path`` that wraps the module's loader; it steps aside once both are imported.
@@ -124,6 +126,9 @@ def _step_aside() -> None:
 def install() -> None:
     """Called by ``import gcl_tf``: register the classes now if Keras is imported, and hook the
     first import of Keras and TensorFlow otherwise."""
+    from gcl_tf import quiet
+
+    quiet.note_import_order()  # TensorFlow imported first (by `import keras`): its oneDNN choice is made
     keras = sys.modules.get("keras")
     if keras is not None and hasattr(keras, "saving"):
         register_with_keras()

@@ -8,12 +8,15 @@ stderr is captured during the import and replayed without those INFO lines (ever
 all of it when ``TF_CPP_MIN_LOG_LEVEL`` is 0, is kept).
 
 Both also choose TensorFlow's CPU kernels before its first import (:func:`choose_cpu_kernels`):
-oneDNN on x86 CPUs unless ``TF_ENABLE_ONEDNN_OPTS`` is set (a TensorFlow imported before gcl_tf
-keeps whatever it started with).
+oneDNN on x86 CPUs unless ``TF_ENABLE_ONEDNN_OPTS`` is set. A TensorFlow imported before gcl_tf
+keeps whatever it started with (TensorFlow reads the variable once); when that is oneDNN off
+where gcl_tf would have turned it on, ``import gcl_tf`` says so in one line
+(:func:`note_import_order`).
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
 import re
@@ -68,6 +71,35 @@ def onednn_enabled() -> bool | None:
         return bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
         return None
+
+
+_noted = False  # the import-order line is said once a process
+
+
+def onednn_off_note(environ, machine: str, enabled) -> str | None:
+    """The line to say when TensorFlow was imported before gcl_tf (``enabled``: whether it runs
+    oneDNN, :func:`onednn_enabled`) where gcl_tf would have turned oneDNN on and it is off
+    (TensorFlow's own default on x86 CPUs without AVX-512's neural-network features; on those
+    with them TensorFlow turns it on itself, and nothing is said); None otherwise, and when the
+    user chose (``TF_ENABLE_ONEDNN_OPTS`` set) or TensorFlow cannot say."""
+    if onednn_setting(environ, machine) is None or enabled is not False:
+        return None
+    return ("gcl_tf: TensorFlow was imported before gcl_tf and runs without its oneDNN CPU kernels (its default on "
+            "this CPU; a convolutional step measured 1.5x slower so); set TF_ENABLE_ONEDNN_OPTS=1 in the environment "
+            "before Python starts, or import gcl_tf first (docs/performance.md)")
+
+
+def note_import_order() -> None:
+    """Say :func:`onednn_off_note`'s line once (a warning of the ``gcl_tf`` logger: one line on
+    stderr, as logging is configured) when TensorFlow is already imported; ``import gcl_tf``
+    calls it (gcl_tf/import_hooks.py)."""
+    global _noted
+    if _noted or sys.modules.get("tensorflow") is None:
+        return
+    _noted = True
+    note = onednn_off_note(os.environ, platform.machine(), onednn_enabled())
+    if note:
+        logging.getLogger("gcl_tf").warning(note)
 
 
 def _wanted() -> bool:

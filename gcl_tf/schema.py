@@ -91,6 +91,8 @@ def coerce(value, tp, key: str):
                 return coerce(value, arg, key)
             except ConfigError as error:
                 errors.append(error)
+        if float in args and isinstance(value, float) and not math.isfinite(value):
+            raise errors[[a for a in args if a is not type(None)].index(float)]  # "not a finite number"
         raise ConfigError(f"{key}: expected {type_name(tp)}, got {describe_value(value)}")
     if origin is Literal:
         allowed = typing.get_args(tp)
@@ -117,16 +119,16 @@ def coerce(value, tp, key: str):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if math.isfinite(float(value)):
-                return float(value)
-        elif isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
             try:
                 number = float(value)
             except ValueError:
-                number = None
-            if number is not None and math.isfinite(number):
-                return number
+                pass
+        if number is not None and math.isfinite(float(number)):
+            return float(number)
+        if number is not None:  # a number, but .inf or .nan: no setting takes one
+            raise ConfigError(f"{key}: {describe_value(value)} is not a finite number; allowed: a finite number")
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -144,7 +146,8 @@ def check_range(value, spec, key):
         ok &= value < hi if hi_open else value <= hi
     if not ok:
         left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
+        right = ")" if hi_open or hi is None else "]"  # an unbounded end is open: no setting takes inf
+        left = "(" if lo is None else left
         lo_s = "-inf" if lo is None else (f"{lo:g}" if isinstance(lo, float) else str(lo))
         hi_s = "inf" if hi is None else (f"{hi:g}" if isinstance(hi, float) else str(hi))
         raise ConfigError(f"{key}: {value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")

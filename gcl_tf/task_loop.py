@@ -166,8 +166,10 @@ class TaskLoop:
             extra.append(self.progress_line)
         self.clock.begin_task(i)
         boundary = TaskBoundary(self.start.task_offset + i, dataset, task.classes)
+        # verbose 1 with a progress line (a log file): the line in place of Keras's bar
+        keras_verbose = 0 if self.verbose == 1 and self.progress_line is not None else self.verbose
         self.model.fit(**fit_args, callbacks=[self.periodic, boundary, self.evaluator, self.step_logger, *extra],
-                       verbose=self.verbose, shuffle=False)
+                       verbose=keras_verbose, shuffle=False)
 
     # ---- checkpoints
     def progress(self, task: int, batch: int, task_seconds) -> dict:

@@ -13,7 +13,8 @@ are gcl_tf/run_layout.py's.
 One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
 checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 
-Reading order: :func:`main` checks the config, the folder and the paths before TensorFlow loads;
+Reading order: :func:`main` checks the config, the folder, the paths and the data of a source read
+without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads;
 :func:`train_model` checks the data and the devices, holds the folder and restores (or builds) the
 model (:func:`restore`); :class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and
 writes the learner and the results.
@@ -36,9 +37,9 @@ import warnings
 from typing import NamedTuple, Optional
 
 from gcl_tf import config as config_lib
-from gcl_tf import run_layout
+from gcl_tf import prechecks, run_layout
 from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
-from gcl_tf.faults import StopSignals, check_free, exclusive
+from gcl_tf.faults import StopSignals, check_free, check_writable, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.learner import check_init_folder
 from gcl_tf.quiet import import_tensorflow
@@ -50,8 +51,10 @@ PROGRESS_SECONDS = 60.0  # a progress line about once a minute in a log file (tr
 # ----------------------------------------------------------------------------- before training
 def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None:
     """Refuse to replace a finished run, or an unfinished one (its checkpoints) without
-    ``--resume`` or ``--overwrite``. No write (bad input must leave the folder alone) and no
-    TensorFlow: the command line checks this first."""
+    ``--resume`` or ``--overwrite``, or a path that cannot be a folder. Nothing written (bad input
+    must leave the folder alone; :func:`gcl_tf.faults.check_writable`'s probe is removed at once)
+    and no TensorFlow: the command line checks this first."""
+    check_writable(output_dir)  # a file, under a file, /proc: said as such, not as a failed write
     results = os.path.join(output_dir, RESULTS)
     if os.path.exists(results) and resume:
         raise UserError(f"--resume: {results} exists, the run is finished; nothing to resume")
@@ -215,11 +218,11 @@ def op_determinism_restored():
 
 
 def output_modes(config, verbose, progress_seconds) -> tuple:
-    """Keras's verbosity (a line per task instead of a progress bar when stdout is a log file)
-    and the progress line's interval."""
+    """The verbosity and the progress line's interval. On a terminal, Keras's progress bar; in a
+    log file (stdout not a terminal) ``verbose`` 1 is our progress line about every
+    PROGRESS_SECONDS (the run's step, rate and time left) in place of Keras's lines, which the
+    TaskLoop then silences; 2 keeps them (a line per epoch) beside it."""
     verbose = config.train.verbose if verbose is None else verbose
-    if verbose == 1 and not sys.stdout.isatty():  # piped to a log: a plain line per task, no progress-bar escapes
-        verbose = 2
     if progress_seconds is None:
         progress_seconds = PROGRESS_SECONDS if verbose and not sys.stdout.isatty() else 0
     return verbose, progress_seconds
@@ -309,16 +312,19 @@ def main(argv=None) -> int:
     overrides = args.overrides + (["train.deterministic=true"] if args.deterministic else [])
     if args.init_from is not None:
         overrides.append(f"init_from={json.dumps(args.init_from)}")
-    # Mistakes in the config (but the method's own keys), the paths and the folder: before
-    # TensorFlow loads, so they are reported in about a second.
+    # Mistakes in the config (but the method's own keys), the folder and the data when its source
+    # needs no TensorFlow: before TensorFlow loads, so they are reported in about a second.
     config = config_lib.precheck(args.config, overrides)
+    prechecks.output_folder(args.output or config.output_dir)  # another run's, with --overwrite or --resume too
     check_output(args.output or config.output_dir, args.overwrite, args.resume)
     if not args.resume:  # a resumed run restores its own checkpoint
         check_init_from_folder(config, args.output)
+    prechecks.run_settings(config)
+    benchmark = prechecks.early_benchmark(config)  # read once: the run trains on it
     import_tensorflow()  # quietly, before the method's module imports it
     config = config_lib.load_config(args.config, overrides)
     try:
-        run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume)
+        run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume, benchmark=benchmark)
     except Stopped as stop:
         raise stop.with_hint(f"resume with: {resume_command(argv)}") from None
     return 0

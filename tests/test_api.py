@@ -161,7 +161,7 @@ def test_a_method_class_that_breaks_the_rules_is_refused_when_defined():
 def test_keywords_are_checked_and_the_input_shape_is_needed():
     import keras
 
-    with pytest.raises(ConfigError, match=r"^ER.memory_size: 0 is out of range; allowed: \[1, inf\]$"):
+    with pytest.raises(ConfigError, match=r"^ER.memory_size: 0 is out of range; allowed: \[1, inf\)$"):
         gcl_tf.ER(num_classes=10, input_shape=(8, 8, 1), memory_size=0)
     with pytest.raises(ConfigError, match="^GCL.context_batch: needs GCL.edge_memory: embeddings"):
         gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), context_batch=10)

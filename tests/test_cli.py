@@ -32,18 +32,23 @@ def tensorboard_tags(folder) -> set[str]:
 
 
 @pytest.mark.slow
-def test_piped_output_is_plain_lines_without_progress_bar_escapes(tmp_path, make_config, capsys):
-    """stdout that is not a terminal (capsys here, a log file for a user) gets one plain line per
-    task from Keras instead of a progress bar's ANSI colours, backspaces and carriage returns."""
-    from gcl_tf.train import run
+def test_piped_output_is_our_progress_line_not_keras_lines(tmp_path, make_config, capsys, monkeypatch):
+    """stdout that is not a terminal (capsys here, a log file for a user) gets a line per task and
+    our progress line (the run's step, rate and time left; here every step, in a log about once a
+    minute), and nothing of Keras's: no progress bar's ANSI colours, backspaces and carriage
+    returns, no line per epoch."""
+    from gcl_tf import train
 
-    run(make_config({"train": {"verbose": 1}}), output_dir=str(tmp_path / "run"))
+    monkeypatch.setattr(train, "PROGRESS_SECONDS", 1e-9)
+    train.run(make_config({"train": {"verbose": 1}}), output_dir=str(tmp_path / "run"))
     out = capsys.readouterr().out
     assert not any(c in out for c in "\x1b\b\r"), repr(out[:300])
     lines = out.splitlines()
     assert [line for line in lines if line.startswith("Task ")][0].startswith("Task 1/3")
-    steps = [line for line in lines if "/step" in line]
-    assert len(steps) == 3 and all(line.startswith("10/10 - ") for line in steps), lines
+    assert not [line for line in lines if "/step" in line or line.startswith("Epoch ")], lines  # Keras's
+    progress = [line.strip() for line in lines if "steps/s" in line]
+    assert len(progress) == 30 and progress[0].startswith("task 1/3 step 1/10, run 1/30 steps, "), progress[:3]
+    assert progress[-1].startswith("task 3/3 step 10/10, run 30/30 steps, ") and "of training left" in progress[-1]
 
 
 def test_progress_line_reports_step_rate_and_time_left_about_every_interval():
@@ -185,7 +190,7 @@ EARLY_MISTAKES = {  # (module, arguments, what the line says)
     "wrong type": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.batch_size=ten"],
                    "error: train.batch_size: expected an integer, got 'ten'"),
     "out of range": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.learning_rate=0"],
-                     "error: train.learning_rate: 0.0 is out of range; allowed: (0, inf]"),
+                     "error: train.learning_rate: 0.0 is out of range; allowed: (0, inf)"),
     "bad --set": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "train.epochs"],
                   "error: --set 'train.epochs': expected dotted.key=value"),
     "missing npz": ("gcl_tf.train", lambda t: ["--config", QUICKSTART, "--set", "benchmark.source=npz",

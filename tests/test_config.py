@@ -107,7 +107,7 @@ def test_a_typo_in_any_preset_is_one_line_naming_the_preset(tmp_path):
                                   "'method.graph_lambda'? allowed: "), message
         assert "graph_lambda" in message
     message = error_of(path=config_with("train: {learning_rate: -1}"), overrides=["method.name=er"])
-    assert message.startswith("presets.gcl: train.learning_rate: -1.0 is out of range; allowed: (0, inf]"), message
+    assert message.startswith("presets.gcl: train.learning_rate: -1.0 is out of range; allowed: (0, inf)"), message
     message = error_of(path=config_with("train: {lr: 0.1}"))
     assert message.startswith("presets.gcl: unknown key 'train.lr'"), message
     assert load_config(config_with("method: {graph_lambda: 5}"), ["method.name=er"]).method.memory_size == 50
@@ -144,10 +144,10 @@ def test_quickstart_config_is_valid_for_finetune_and_er():
         ({"method": {"name": "magic"}}, (), ["method.name", "'magic'", "finetune", "er"]),
         ({}, ["train.optimizer=rmsprop"], ["train.optimizer", "sgd, adam"]),
         # values outside the allowed range
-        ({"train": {"batch_size": 0}}, (), ["train.batch_size", "0", "[1, inf]"]),
-        ({"train": {"learning_rate": 0}}, (), ["train.learning_rate", "(0, inf]"]),
+        ({"train": {"batch_size": 0}}, (), ["train.batch_size", "0", "[1, inf)"]),
+        ({"train": {"learning_rate": 0}}, (), ["train.learning_rate", "(0, inf)"]),
         ({"benchmark": {"validation_fraction": 1.0}}, (), ["benchmark.validation_fraction", "[0, 1)"]),
-        ({"method": {"name": "er", "memory_size": -3}}, (), ["method.memory_size", "-3", "[1, inf]"]),
+        ({"method": {"name": "er", "memory_size": -3}}, (), ["method.memory_size", "-3", "[1, inf)"]),
         ({"seed": -1}, (), ["seed", "-1", "[0, 4294967295]"]),
         # inconsistent combinations and malformed overrides
         ({"benchmark": {"source": "idx", "path": None}}, (), ["benchmark.path", "idx"]),

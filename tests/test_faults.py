@@ -127,10 +127,25 @@ def test_resume_skips_a_damaged_newest_checkpoint_in_one_line(how, crashed_run, 
 
     assert train.main(["--config", config, "--output", str(run), "--resume"]) == 0
     assert capsys.readouterr().err == ""
+    assert sorted(os.listdir(folder)) == sorted(os.listdir(whole / "checkpoints"))  # the last two, no third
     resumed, uninterrupted = results_of(run), results_of(whole)
     assert resumed["resumed_from_step"] == 10
     assert resumed["accuracy_matrix"] == uninterrupted["accuracy_matrix"]
     assert_bit_identical(checkpoint_arrays(latest(run)), checkpoint_arrays(latest(whole)))
+
+
+def test_resume_past_a_damaged_checkpoint_says_so_in_one_line_and_keeps_the_last_two(crashed_run):
+    """The command line, as a user runs it: the one warning line and nothing of TensorFlow's
+    (its deprecation notice of the index's update), and the run ends with the last two
+    checkpoints, the one it resumed from deleted in its turn."""
+    config, run, whole = crashed_run
+    damage(str(run / "checkpoints" / "ckpt-12"), "truncated")
+    proc = subprocess.run([sys.executable, "-m", "gcl_tf.train", "--config", config, "--output", str(run), "--resume",
+                           "--set", "train.verbose=0"], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = our_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("warning: ckpt-12 does not restore ("), proc.stderr
+    assert sorted(os.listdir(run / "checkpoints")) == sorted(os.listdir(whole / "checkpoints"))
 
 
 def test_resume_with_no_checkpoint_that_restores_is_one_line_naming_them(crashed_run, capsys):
@@ -169,7 +184,7 @@ def test_a_folder_that_holds_an_unfinished_run_is_refused_without_resume_or_over
     message = cli_error(train.main, ["--config", config, "--output", str(run)], capsys)
     assert "holds an unfinished run (its checkpoint of step 12 in" in message, message
     assert "--resume" in message and "--overwrite" in message
-    with pytest.raises(UserError, match="unfinished run.*--resume.*--overwrite"):
+    with pytest.raises(UserError, match="unfinished run.*resume=True.*overwrite=True"):  # the API's own words
         gcl_tf.run(config, output_dir=str(run), verbose=0)
     assert snapshot(run) == before
 

@@ -44,6 +44,42 @@ def test_tensorflow_runs_with_onednn_after_gcl_tf_unless_the_user_says_otherwise
     assert "onednn False" in _python(f"{first_import}\n{MKL}", TF_ENABLE_ONEDNN_OPTS="0")
 
 
+def test_the_import_order_note_is_for_onednn_off_where_gcl_tf_would_have_turned_it_on():
+    from gcl_tf.quiet import onednn_off_note
+
+    note = onednn_off_note({}, "x86_64", enabled=False)  # TensorFlow's default on an AVX2-only CPU
+    assert "TF_ENABLE_ONEDNN_OPTS=1" in note and "\n" not in note
+    assert onednn_off_note({}, "x86_64", enabled=True) is None  # on by itself (AVX-512 VNNI/BF16, as here)
+    assert onednn_off_note({}, "x86_64", enabled=None) is None  # TensorFlow cannot say
+    assert onednn_off_note({"TF_ENABLE_ONEDNN_OPTS": "0"}, "x86_64", enabled=False) is None  # the user's choice
+    assert onednn_off_note({}, "aarch64", enabled=False) is None  # TensorFlow's own choice there
+
+
+# TensorFlow as on a CPU where it leaves oneDNN off by default (AVX2, no AVX-512): what it reports.
+ONEDNN_OFF = "from tensorflow.python.util import _pywrap_util_port as port; port.IsMklEnabled = lambda: False\n"
+
+
+@pytest.mark.skipif(not X86, reason="gcl_tf chooses oneDNN on x86 CPUs only")
+@pytest.mark.parametrize("code, said", [
+    (ONEDNN_OFF + "import keras\nimport gcl_tf\nimport gcl_tf.quiet as q; q.note_import_order()", True),
+    (ONEDNN_OFF + "import tensorflow\nimport gcl_tf", True),
+    ("import keras\nimport gcl_tf", False),  # this machine: TensorFlow turned oneDNN on by itself
+    ("import gcl_tf\nimport keras", False),  # gcl_tf first: oneDNN chosen before TensorFlow loads
+])
+def test_tensorflow_imported_first_with_onednn_off_is_said_once_in_one_line(code, said):
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if "gcl_tf" in line]
+    assert len(lines) == (1 if said else 0), proc.stderr
+    assert not said or "set TF_ENABLE_ONEDNN_OPTS=1" in lines[0]
+    if said:  # the user's own setting, even 0, is a choice: nothing to say
+        chosen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                                env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"})
+        assert chosen.returncode == 0 and "gcl_tf" not in chosen.stderr, chosen.stderr
+
+
 DETERMINISTIC_STEPS = """
 import hashlib
 import gcl_tf, keras, numpy as np, tensorflow as tf

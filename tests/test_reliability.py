@@ -638,7 +638,7 @@ def bad_input(case, tmp_path):
             (tmp_path / "images" / "train" / "c").mkdir()
             (tmp_path / "images" / "test" / "c").mkdir()
         update = {"benchmark": {"source": "folder", "path": str(tmp_path / "images"), "color_mode": "grayscale",
-                                "samples_per_task": 2}}
+                                "samples_per_task": 2}, "train": {"batch_size": 2}}  # (a larger batch: said first)
         expected = "is 9x9 but the training images are 7x5" if "size" in case else "is empty"
         return update, expected
     if case == "batch_larger_than_a_task":

@@ -1,4 +1,4 @@
-"""Every image source on small data written to tmp_path (TFDS through its mock): offline."""
+"""Every image source on small data written to tmp_path, offline (TFDS: tests/test_tfds.py)."""
 from __future__ import annotations
 
 import gzip
@@ -14,7 +14,7 @@ import pytest
 from gcl_tf.data.sources import make_source, read_idx
 from gcl_tf.errors import DataError
 
-from conftest import REPO, random_split, write_idx
+from conftest import random_split, write_idx
 
 
 def load_both(config):
@@ -409,117 +409,9 @@ def test_digits_source(make_config):
     np.testing.assert_array_equal(train.images, train_again.images)
 
 
-# ------------------------------------------------------------------------------------ tfds
-@pytest.mark.parametrize("dataset, shape", [("mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))])
-def test_tfds_source_through_mock_data(make_config, monkeypatch, tmp_path, dataset, shape):
-    import tensorflow_datasets as tfds
-
-    # No network: any attempt to download would fail loudly.
-    def no_download(*args, **kwargs):
-        raise AssertionError("the TFDS source tried to download")
-
-    monkeypatch.setattr(tfds.download.DownloadManager, "download", no_download)
-    monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", no_download)
-    config = make_config({"benchmark": {"source": "tfds", "dataset": dataset, "path": str(tmp_path)}})
-    with tfds.testing.mock_data(num_examples=24):
-        source, train, test = load_both(config)
-    assert source.num_classes == 10
-    for split in (train, test):
-        assert split.images.shape == (24,) + shape and split.images.dtype == np.uint8
-        assert split.labels.dtype == np.int64
-        assert split.labels.min() >= 0 and split.labels.max() < 10
-
-
-def test_tfds_unknown_dataset_is_a_data_error(make_config):
-    config = make_config({"benchmark": {"source": "tfds", "dataset": "no_such_dataset_xyz"}})
-    message = one_line_data_error(lambda: make_source(config.benchmark).num_classes)
-    assert "no_such_dataset_xyz" in message and "mnist" in message
-
-
-# No network, whatever the machine: every HTTP(S) request goes to a proxy that refuses connections
-# (port 9, discard), and TFDS's downloader gives up at once instead of retrying with backoff for
-# about 3.5 minutes.
-OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
-           "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
-NO_RETRIES = "import tensorflow_datasets.core.download.downloader as d; d.MAX_RETRIES = 0"
-
-
-def offline(monkeypatch):
-    from tensorflow_datasets.core.download import downloader
-
-    for key, value in OFFLINE.items():
-        monkeypatch.setenv(key, value)
-    for key in ("NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(downloader, "MAX_RETRIES", 0)
-
-
-@pytest.mark.slow  # TFDS's own MNIST builder, and the CLI in a second process
-def test_tfds_runs_its_real_builder_and_fails_only_for_want_of_the_network(monkeypatch, tmp_path):
-    """``gcl_tf.data.load("mnist", source="tfds")`` into an empty data_dir runs TFDS's real MNIST
-    builder (no mock_data): it reads the dataset's info, prepares the folder and gets as far as the
-    download, which fails only because there is no network; our one line says so (and not that a
-    module is missing), and the CLI prints it and exits 2."""
-    import gcl_tf
-
-    offline(monkeypatch)
-    data_dir = tmp_path / "tfds"
-    source = gcl_tf.data.load("mnist", source="tfds", path=str(data_dir))
-    assert source.num_classes == 10 and source.class_names()[:2] == ["0", "1"]  # the builder's own info
-    message = one_line_data_error(lambda: source.load("train"))
-    assert message.startswith(f"TFDS dataset 'mnist' (train) is not prepared in {data_dir} and could not be "
-                              "downloaded: no network (ProxyError: "), message
-    assert "tfds build mnist --data_dir DIR" in message and "module" not in message
-    assert (data_dir / "downloads").is_dir()  # TFDS's download manager got to work
-
-    config = tmp_path / "config.yaml"
-    config.write_text(f"benchmark: {{name: permuted, dataset: mnist, source: tfds, path: {data_dir}, num_tasks: 2,"
-                      " samples_per_task: 20}\nmethod: {name: finetune}\nmodel: {hidden_size: 8}\n")
-    code = f"{NO_RETRIES}\nfrom gcl_tf.train import main\nmain(['--config', {str(config)!r}, '--output', " \
-           f"{str(tmp_path / 'run')!r}])"
-    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
-                          env={**env, **OFFLINE, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "could not be downloaded: no network (ProxyError: " in errors[0], proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-
-
-@pytest.mark.slow  # a second process
-def test_tfds_missing_module_is_not_blamed_on_the_network(tmp_path):
-    """A module TFDS imports on first use (here importlib_resources, hidden as on an install
-    without it) is named in the one line, which does not blame the network."""
-    code = ("import sys; sys.modules['importlib_resources'] = None  # importing it raises ModuleNotFoundError\n"
-            f"{NO_RETRIES}\nimport gcl_tf\nfrom gcl_tf.errors import DataError\n"
-            f"try:\n    gcl_tf.data.load('mnist', source='tfds', path={str(tmp_path)!r}).load('train')\n"
-            "except DataError as error:\n    print(error)\n")
-    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
-                          env={**env, **OFFLINE, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    message = proc.stdout.strip().splitlines()[-1]
-    assert "TFDS needs the Python module 'importlib_resources', which is not installed" in message, message
-    assert "not a network problem" in message and "no network" not in message
-
-
-def test_tfds_dependencies_are_installed_with_gcl_tf():
-    """What TFDS imports on first use and its own metadata does not require (importlib_resources,
-    with etils >= 1.10 on Python >= 3.9) is a dependency of ours, and installed."""
-    import importlib.util
-    import re
-
-    with open(os.path.join(REPO, "pyproject.toml")) as handle:
-        dependencies = re.search(r"^dependencies = \[(.*?)^\]", handle.read(), re.S | re.M).group(1)
-    assert re.search(r'^\s*"importlib[_-]resources[">=<]', dependencies, re.M), dependencies
-    assert importlib.util.find_spec("importlib_resources") is not None
-
-
 @pytest.mark.slow
 def test_folder_converts_to_npz_that_the_npz_source_reads_identically(tmp_path, make_config):
     """python -m gcl_tf.data to-npz: the npz source then gives exactly the folder source's arrays."""
-    import subprocess
-    import sys
 
     write_png_folder(tmp_path / "imgs", {"zebra": 3, "ant": 2})
     out = tmp_path / "data.npz"

@@ -30,10 +30,12 @@ def data_needed(run) -> str:
     if bench.source == "digits":
         return "scikit-learn's bundled digits (nothing to download)"
     if bench.source == "tfds":
-        data_dir = bench.path or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
-        state = ("prepared" if os.path.isdir(os.path.join(data_dir, bench.dataset))
+        from gcl_tf.data.tfds_files import data_dir, prepared
+
+        folder = data_dir(bench.path)
+        state = ("prepared" if prepared(folder, bench.dataset)
                  else "not prepared: downloaded on first use, which needs the network")
-        return f"TFDS {bench.dataset!r} in {data_dir} ({state})"
+        return f"TFDS {bench.dataset!r} in {folder} ({state})"
     from gcl_tf.config import missing_data_path  # the precheck's own rule (a file for npz, a folder else)
 
     missing = missing_data_path(bench)

@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 
 from gcl_tf.benchmark import layout
 from gcl_tf.benchmark import studies as study_runs
-from gcl_tf.errors import ConfigError, DataError, NotResumable, Stopped, UserError, exit_on_user_error
+from gcl_tf.benchmark.status import finished, resumable
+from gcl_tf.errors import ConfigError, DataError, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
-from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS, unfinished_run
+from gcl_tf.prechecks import output_folder, plain_sgd
 
 PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
                     "split_miniimagenet")
@@ -71,6 +72,7 @@ class Run:
     config_path: str
     overrides: list = field(default_factory=list)  # everything after the file: preset choice, --set, variant, seed
     config: object = None  # the resolved gcl_tf.config.Config
+    stated: dict = None  # planned before TensorFlow loads: the method keys the config states (else None)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -191,22 +193,10 @@ def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, ba
     return studies, selected, wanted_methods, sizes, trunks, _graph_lambdas(graph_lambdas)
 
 
-def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
-         studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
-         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
-         graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
-         method_keys=True, memory_methods=None) -> list[Run]:
-    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
-    training). Runs that are the same (e.g. the memory study at the preset's size and the main
-    run) appear once. ``method_keys=False``: the configs without the methods' own keys (before
-    TensorFlow loads: gcl_tf.config.resolve), for the checks only (every memory size a run)."""
-    from gcl_tf import config as config_lib
-
-    studies, selected, wanted_methods, sizes, trunks, lambdas = _selection(
-        config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas)
+def _benchmarks_by_study(config_dir, studies, selected, requested, wanted_methods, overrides, log) -> dict:
+    """Each study's benchmarks among the ``selected`` ones (``requested``: the command line's
+    choice per study, None for the paper's); a note for a study none of whose is selected."""
     study_benchmarks = {"main": selected}
-    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks,
-                 "graph_lambda": graph_lambda_benchmarks}
     for study in PAPER_STUDY_BENCHMARKS:
         study_benchmarks[study] = _study_benchmarks(requested[study], study, selected) if study in studies else []
         if study in studies and not study_benchmarks[study]:
@@ -215,9 +205,27 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
                 f"none of which is selected; pass --{study.replace('_', '-')}-benchmarks NAME[,NAME] or all")
     if study_benchmarks["backbone"]:
         study_benchmarks["backbone"] = _backbone_benchmarks(config_dir, study_benchmarks["backbone"],
-                                                            _names(backbone_benchmarks) == ["all"], wanted_methods,
+                                                            _names(requested["backbone"]) == ["all"], wanted_methods,
                                                             overrides, log)
+    return study_benchmarks
 
+
+def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
+         studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
+         memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
+         graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
+         method_keys=True, memory_methods=None) -> list[Run]:
+    """Every run of the suite, configs resolved and validated (a bad key stops here, before any
+    training); the same run twice (the memory study at the preset's size, the main run) once.
+    ``method_keys=False``: before TensorFlow loads, without the methods' own keys, each run with
+    those its config states (``Run.stated``; gcl_tf.benchmark.studies.preset_value)."""
+    from gcl_tf import config as config_lib
+
+    studies, selected, wanted_methods, sizes, trunks, lambdas = _selection(
+        config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas)
+    requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks,
+                 "graph_lambda": graph_lambda_benchmarks}
+    study_benchmarks = _benchmarks_by_study(config_dir, studies, selected, requested, wanted_methods, overrides, log)
     runs, seen = [], {}
 
     def add(benchmark, variant, method, study, variant_overrides):
@@ -228,7 +236,8 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
                 continue
             sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
             config = config_lib.load_config(path, sets, method_keys)
-            run = Run(benchmark, variant, method, seed, study, path, sets, config)
+            stated = None if method_keys else config_lib.stated_method_keys(config_lib.read_config(path), sets)
+            run = Run(benchmark, variant, method, seed, study, path, sets, config, stated)
             seen[key] = run
             runs.append(run)
 
@@ -240,22 +249,23 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
         if missing and ("main" in studies or b in study_benchmarks["backbone"]):
             log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
 
-        def preset(m, keys=method_keys):
-            return config_lib.load_config(path, [f"method.name={m}", *overrides], keys)
+        def preset_value(m, key, default=None):
+            return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, method_keys, default)
 
         planned = {"main": [(m, m, []) for m in main] if "main" in studies else []}
         if b in study_benchmarks["ablation"]:
             planned["ablation"] = study_runs.ablation(path, presets)
         if b in study_benchmarks["memory"]:
             planned["memory"] = study_runs.memory(
-                path, presets, sizes, lambda m: preset(m).method.memory_size if method_keys else None,
+                path, presets, sizes, lambda m: preset_value(m, "memory_size", study_runs.MEMORY_DEFAULT),
                 _names(memory_methods))
         if b in study_benchmarks["backbone"]:
             planned["backbone"] = study_runs.backbone(
-                main, trunks, lambda m: layout.trunk_of(preset(m, False).to_dict()["model"]))
+                main, trunks, lambda m: layout.trunk_of(
+                    config_lib.load_config(path, [f"method.name={m}", *overrides], False).to_dict()["model"]))
         if b in study_benchmarks["graph_lambda"]:
             planned["graph_lambda"] = study_runs.graph_lambda(
-                path, presets, lambdas, lambda: preset("gcl").method.graph_lambda if method_keys else None)
+                path, presets, lambdas, lambda: preset_value("gcl", "graph_lambda"))
         for study, variants in planned.items():
             for variant, method, variant_overrides in variants:
                 add(b, variant, method, study, variant_overrides)
@@ -273,46 +283,6 @@ def check_data(runs) -> None:
 
 
 # ----------------------------------------------------------------------------- running
-def finished(run: Run, folder: str) -> bool:
-    """True when ``folder`` holds this run's results; a different finished config is an error."""
-    path = os.path.join(folder, RESULTS)
-    if not os.path.isfile(path):
-        return False
-    try:
-        saved = read_json(path).get("config", {})
-    except (OSError, ValueError):
-        raise UserError(f"{path}: not a readable results file; remove it to recompute the run") from None
-    from gcl_tf import config as config_lib
-
-    saved = config_lib.saved_as_today(saved)  # a key added since the run took its default
-    shown = config_lib.describe_differences(_plain(saved), _plain(run.config.to_dict()), RESULT_NEUTRAL_KEYS)
-    if shown:
-        raise UserError(f"{folder} holds a finished run with another config ({shown}); "
-                        "choose another --output or remove that folder")
-    return True
-
-
-def resumable(run: Run, folder: str) -> bool:
-    """True when ``folder`` holds this run's unfinished run (a stopped suite: it goes on from its
-    checkpoint); one line when it holds an unfinished run that the planned config cannot resume."""
-    left = unfinished_run(folder)
-    if left is None:
-        return False
-    from gcl_tf.checkpoint import check_resumable
-
-    try:
-        check_resumable(folder, run.config)
-    except NotResumable as error:
-        raise UserError(f"{folder} holds {left}, which does not resume: {error.reason}; "
-                        "choose another --output or remove that folder") from None
-    return True
-
-
-def _plain(data):
-    """A config dictionary as JSON has it (tuples as lists)."""
-    return json.loads(json.dumps(data))
-
-
 class _BenchmarkCache:
     """The last ContinualBenchmark built (runs are ordered so that consecutive ones share it)."""
 
@@ -429,19 +399,24 @@ def main(argv=None) -> int:
     selection = (args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
                  args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks, args.backbone_benchmarks,
                  args.backbones, args.graph_lambdas, args.graph_lambda_benchmarks)
-    # The arguments, every config (but the methods' own keys) and the data: before TensorFlow loads.
-    checked = plan(*selection, log=lambda text: None, method_keys=False, memory_methods=args.memory_methods)
-    if not args.dry_run:
-        check_data(checked)
-    import_tensorflow()  # quietly, before the methods' modules import it
-    runs = plan(*selection, memory_methods=args.memory_methods)
-    if not runs:
+    # The arguments, every config (but the methods' own keys), the folder and the data: before
+    # TensorFlow loads; --dry-run needs no more (the method keys as the configs state them).
+    checked = plan(*selection, log=print if args.dry_run else lambda text: None, method_keys=False,
+                   memory_methods=args.memory_methods)
+    if not checked:
         raise UserError("nothing to run: no selected benchmark has a preset for the selected methods and studies")
     if args.dry_run:
         from gcl_tf.benchmark.dry_run import dry_run
+        from gcl_tf.benchmark.status import finished_as_stated
 
-        print("\n".join(dry_run(runs, args.output, finished)))
+        print("\n".join(dry_run(checked, args.output, finished_as_stated)))
         return 0
+    output_folder(args.output)
+    for run in checked:
+        plain_sgd(run.config)
+    check_data(checked)
+    import_tensorflow()  # quietly, before the methods' modules import it
+    runs = plan(*selection, memory_methods=args.memory_methods)
     with exclusive(args.output):  # one suite at a time in DIR (each run also holds its own folder)
         record_invocation(args.output, argv)
         print(f"{len(runs)} run{'s' if len(runs) != 1 else ''} planned into {args.output}", flush=True)

@@ -64,6 +64,9 @@ class Source:
     """Base class. Subclasses implement ``_load(split)`` and may know ``native_num_classes``."""
 
     name = "source"
+    #: Whether reading it imports TensorFlow (TFDS, Keras's image reader); the others are read
+    #: before TensorFlow loads, so that their mistakes are reported at once (gcl_tf/prechecks.py).
+    uses_tensorflow = False
 
     def __init__(self, config):
         self.config = config

@@ -208,6 +208,7 @@ def first_undecodable(files) -> tuple[str, str] | None:
 
 class FolderSource(Source):
     name = "folder"
+    uses_tensorflow = True  # Keras's image_dataset_from_directory
 
     def _split_images(self, split) -> tuple[str, dict[str, list[str]]]:
         """The split's folder and its :func:`class_images`, checked: a class folder at least,

@@ -20,6 +20,23 @@ def task_rng(seed: int, task: int, salt: int) -> np.random.Generator:
     return np.random.default_rng([seed, task, salt])
 
 
+def task_steps_per_epoch(num_samples: int, batch_size: int, task_index: int) -> int:
+    """Training steps per epoch of a task (partial batches are dropped); a ConfigError if none
+    (checked before TensorFlow loads when the task's size is known: gcl_tf/prechecks.py)."""
+    steps = num_samples // batch_size
+    if steps == 0:
+        raise ConfigError(
+            f"train.batch_size: {batch_size} is more than the {num_samples} training samples of task {task_index}; "
+            f"allowed: at most {num_samples}, or raise benchmark.samples_per_task"
+        )
+    return steps
+
+
+def validation_count(fraction: float, samples: int) -> int:
+    """How many of a task's ``samples`` training samples its validation split takes (at least one)."""
+    return max(1, int(round(fraction * samples)))
+
+
 def random_permutation(num_pixels: int, rng: np.random.Generator) -> np.ndarray:
     return rng.permutation(num_pixels)
 
@@ -150,7 +167,7 @@ class ContinualBenchmark:
                                   "samples_per_task")
             validation = None
             if c.validation_fraction > 0:
-                n_val = max(1, int(round(c.validation_fraction * len(chosen))))
+                n_val = validation_count(c.validation_fraction, len(chosen))
                 if n_val >= len(chosen):
                     raise ConfigError(
                         f"benchmark.validation_fraction: {c.validation_fraction} leaves no training samples "

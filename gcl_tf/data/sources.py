@@ -52,6 +52,7 @@ class DigitsSource(Source):
 # ------------------------------------------------------------------------------------- tfds
 class TfdsSource(Source):
     name = "tfds"
+    uses_tensorflow = True
 
     def _builder(self):
         import tensorflow_datasets as tfds
@@ -78,14 +79,17 @@ class TfdsSource(Source):
     def _load(self, split):
         import tensorflow_datasets as tfds
 
+        from gcl_tf.data.tfds_files import data_dir, download_guard
+
         try:
-            dataset = tfds.load(
-                self.config.dataset,
-                split=split,
-                as_supervised=True,
-                data_dir=self.config.path,
-                download=True,
-            )
+            with download_guard(data_dir(self.config.path), self.config.dataset):  # offline: fails fast, leaves nothing
+                dataset = tfds.load(
+                    self.config.dataset,
+                    split=split,
+                    as_supervised=True,
+                    data_dir=self.config.path,
+                    download=True,
+                )
             # Batched reads, not batch_size=-1: that batches by the split size recorded in the
             # dataset's metadata and falls back to sys.maxsize (a crash) when it is missing.
             images, labels = [], []
@@ -113,7 +117,9 @@ class TfdsSource(Source):
                     "depends on it")
         offline = _in_chain(error, _is_network_error)
         if offline is not None:
-            folder = self.config.path or "TFDS's data_dir (~/tensorflow_datasets)"
+            from gcl_tf.data.tfds_files import data_dir
+
+            folder = data_dir(self.config.path)
             reason = _first_line(offline)
             return (f"{what} is not prepared in {folder} and could not be downloaded: no network "
                     f"({type(offline).__name__}: {reason}); prepare it where there is internet (tfds build "

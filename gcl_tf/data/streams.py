@@ -16,9 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf import salts
-from gcl_tf.data.protocols import task_rng
+from gcl_tf.data.protocols import task_rng, task_steps_per_epoch  # noqa: F401 (re-exported)
 from gcl_tf.data.sources import SplitData
-from gcl_tf.errors import ConfigError
 
 
 def to_float(images):
@@ -32,17 +31,6 @@ def epoch_orders(num_samples: int, epochs: int, seed: int, task_index: int) -> n
     """[epochs * (num_samples // batch)] sample order: one fresh permutation per epoch."""
     rng = task_rng(seed, task_index, salts.ORDER)
     return np.concatenate([rng.permutation(num_samples) for _ in range(epochs)])
-
-
-def task_steps_per_epoch(num_samples: int, batch_size: int, task_index: int) -> int:
-    """Training steps per epoch of a task (partial batches are dropped); a ConfigError if none."""
-    steps = num_samples // batch_size
-    if steps == 0:
-        raise ConfigError(
-            f"train.batch_size: {batch_size} is more than the {num_samples} training samples of task {task_index}; "
-            f"allowed: at most {num_samples}, or raise benchmark.samples_per_task"
-        )
-    return steps
 
 
 def random_flips(images: np.ndarray, seed: int, task_index: int) -> np.ndarray:

@@ -41,10 +41,11 @@ from gcl_tf.tune.search import (
     OBJECTIVE,
     Search,
     check_same_search,
+    default_output,
     format_values,
     log_hparams_config,
 )
-from gcl_tf.tune.space import COMMON_GRID, default_grid, search_space, tunable_keys
+from gcl_tf.tune.space import COMMON_GRID, default_grid, precheck_space, search_space, tunable_keys
 
 # The package's API: the searching here, the plan and the spaces from its modules.
 __all__ = ["BEST_CONFIG", "BEST_FILE", "COMMON_GRID", "DEFAULT_RANDOM_TRIALS", "OBJECTIVE", "SEARCH_FILE", "Search",
@@ -265,6 +266,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def precheck(args) -> None:
+    """What the command line checks before TensorFlow loads: the config and its ``--set`` (the
+    method's own keys by name), ``tune.space`` (gcl_tf.tune.space.precheck_space) and the search
+    folder (a worker's is its chief's, held by it)."""
+    from gcl_tf import methods
+    from gcl_tf.methods import declared
+    from gcl_tf.prechecks import output_folder
+
+    config = config_lib.precheck(args.config, args.overrides)
+    method_keys = declared.config_keys(methods.REGISTRY[config.method.name][0])
+    precheck_space(config, args.tuner or config.tune.tuner, method_keys)
+    if os.environ.get("KERASTUNER_TUNER_ID", "chief") == "chief":
+        output_folder(args.output or default_output(config))
+
+
 @exit_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
@@ -273,7 +289,7 @@ def main(argv=None) -> int:
     if args.workers < 1:
         raise UserError(f"--workers: {args.workers} is out of range; allowed: 1 or more")
     local.check_alone(args.workers)
-    config_lib.precheck(args.config, args.overrides)  # before TensorFlow loads: reported in about a second
+    precheck(args)  # before TensorFlow loads: reported in about a second
     import_tensorflow()  # quietly, before the methods' modules import it
     try:
         plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,

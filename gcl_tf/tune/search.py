@@ -38,6 +38,11 @@ def default_initial_points(searched_keys: int, max_trials: int) -> int:
     return max(3, min(3 * searched_keys, max_trials // 3))
 
 
+def default_output(config) -> str:
+    """A search's folder without ``--output``: the config's ``output_dir`` + ``-tune``."""
+    return f"{config.output_dir.rstrip('/')}-tune"
+
+
 class Search:
     """A search: the config file (+ ``--set``), its space, the tuner and the output folder."""
 
@@ -75,7 +80,7 @@ class Search:
         self.initial_points = base.tune.initial_points or default_initial_points(searched, self.max_trials)
         self.validation_fraction = (base.tune.validation_fraction if self.added_validation
                                     else base.benchmark.validation_fraction)
-        self.output_dir = output_dir or f"{base.output_dir.rstrip('/')}-tune"
+        self.output_dir = output_dir or default_output(base)
         self.base = self.trial_config({})  # checks the forced settings once
         self._benchmark = (None, None)
 

@@ -115,6 +115,34 @@ def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
     return out
 
 
+def precheck_space(config, tuner: str, method_keys, where: str = "tune.space") -> None:
+    """``config``'s ``tune.space`` checked before TensorFlow loads: ``config`` without the method's
+    own keys (gcl_tf.config.precheck), ``method_keys`` their names (gcl_tf/methods/declared.py;
+    None: unknown). Every key's name, and the values of the run's sections' keys; a method key's
+    values are checked with the method (:func:`search_space`). No space: the method's default
+    grid, from its class."""
+    space = config.tune.space
+    if space is None:
+        return
+    _check_mapping(space, where)
+    keys = tunable_keys(config)
+    method = {f"method.{k}": None for k in method_keys or () if k != "name"}
+    for key in space:
+        if key not in keys and not (key in method or method_keys is None and str(key).startswith("method.")):
+            raise ConfigError(_unknown_space_key(key, {**keys, **method}, where))
+    own = {key: spec for key, spec in space.items() if key in keys}
+    if own:
+        search_space(config, own, tuner, where)
+
+
+def _check_mapping(space, where: str) -> None:
+    if not isinstance(space, dict) or not space:
+        raise ConfigError(
+            f"{where}: expected a non-empty mapping from dotted config keys to lists of values "
+            f"or {{min, max}} ranges, got {describe_value(space)}"
+        )
+
+
 def search_space(config, space, tuner: str = "grid", where: str = "tune.space") -> dict:
     """Check a search space against ``config``'s keys (the chosen method's included).
 
@@ -122,11 +150,7 @@ def search_space(config, space, tuner: str = "grid", where: str = "tune.space") 
     ``{min, max, log, step}`` (random and bayesian tuners only). Returns the space with its
     values converted to the keys' types: ``{key: [values]}`` or ``{key: {min, max, log, step}}``.
     """
-    if not isinstance(space, dict) or not space:
-        raise ConfigError(
-            f"{where}: expected a non-empty mapping from dotted config keys to lists of values "
-            f"or {{min, max}} ranges, got {describe_value(space)}"
-        )
+    _check_mapping(space, where)
     keys = tunable_keys(config)
     out = {}
     for key, spec in space.items():
