@@ -1,7 +1,8 @@
 """Step times of today's protocol (issue 49): each method's training step on CIFAR-10-shaped
 batches (batch 10, memory full), with the protocol's augmentation (``augment: ocl``) and without
-it, the same replay batch either way; medians of repeats taken in turns in one process, so the
-ratios hold on a shared machine.
+it, the same replay batch either way; medians of repeats taken in turns over every row and
+setting in one process, so the ratios (ocl / none, and each row against ER's) hold on a shared
+machine.
 
     python docs/results/split_cifar10_ocl/step_times.py --repeats 30 \
         --output docs/results/split_cifar10_ocl/step_times.json
@@ -41,22 +42,26 @@ def main(argv=None):
     from gcl_tf.benchmark.timing import interleaved_seconds
     from gcl_tf.benchmark.workloads import make_model, prepare_train_step
 
-    out = {}
+    steps = {}
     for row, method, trunk, filters, keys in ROWS:
         if args.rows and row not in args.rows:
             continue
-        steps = {}
         for augment in ("none", "ocl"):
             model = make_model(method, SHAPE, backbone=trunk, filters=filters, augment=augment, **keys)
             if method != "gcl":
                 model.optimizer.learning_rate = 0.001
-            steps[augment], traces = prepare_train_step(model, SHAPE)  # the memory filled in task 0
+            steps[row, augment], _ = prepare_train_step(model, SHAPE)  # the memory filled in task 0
             model.current_task.assign(TASK.get(row, 0))
-        seconds = interleaved_seconds(steps, args.repeats)
-        out[row] = {"none_ms": 1000 * seconds["none"], "ocl_ms": 1000 * seconds["ocl"],
-                    "ratio": seconds["ocl"] / seconds["none"]}
-        print(f"{row:34s} none {out[row]['none_ms']:8.1f} ms  ocl {out[row]['ocl_ms']:8.1f} ms  "
-              f"ocl / none {out[row]['ratio']:.3f}", flush=True)
+    # Every row and setting in turns in one loop: the ratios between rows hold too.
+    seconds = interleaved_seconds(steps, args.repeats)
+    er = seconds.get(("er", "ocl"))
+    out = {}
+    for row in dict.fromkeys(r for r, _ in steps):
+        none, ocl = seconds[row, "none"], seconds[row, "ocl"]
+        out[row] = {"none_ms": 1000 * none, "ocl_ms": 1000 * ocl, "ratio": ocl / none,
+                    "vs_er_ocl": None if er is None else ocl / er}
+        print(f"{row:34s} none {1000 * none:9.1f} ms  ocl {1000 * ocl:9.1f} ms  ocl / none {ocl / none:.3f}"
+              + ("" if er is None else f"  ocl / ER's ocl {ocl / er:6.2f}"), flush=True)
     if args.output:
         with open(args.output, "w") as handle:
             json.dump({"command": "python docs/results/split_cifar10_ocl/step_times.py "
