@@ -352,7 +352,7 @@ def test_the_backbone_study_on_mlp_benchmarks_is_refused_in_one_line_before_tens
     assert lines[0] == (
         "error: --backbone-benchmarks all: none of permuted_mnist, rotated_mnist has a preset on a convnet or "
         "resnet18 trunk, the trunks the backbone study swaps (the presets use mlp); allowed: split_cifar10, "
-        "split_cifar100, split_miniimagenet, split_svhn (each also in --benchmarks)")
+        "split_cifar100, split_cifar10_ocl, split_miniimagenet, split_svhn (each also in --benchmarks)")
     assert imports and not [line for line in imports if line.split("|")[-1].strip() in ("tensorflow", "keras")]
     assert not out.exists()
 

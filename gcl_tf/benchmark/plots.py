@@ -64,6 +64,7 @@ METHOD_STYLES = {  # (colour, marker) of every registered method, the same in ev
     "derpp": ("#bcbd22", "<"),
     "er_ace": ("#17becf", ">"),
     "mir": ("#393b79", "h"),
+    "onpro": ("#637939", "p"),
     "gcl": ("#d62728", "*"),  # red: the paper's method
 }
 

@@ -66,26 +66,25 @@ def check_reachable(url: str, timeout: float = CONNECT_SECONDS) -> None:
 @contextlib.contextmanager
 def _probe_before_download():
     """TFDS's downloader opens every URL through its ``_open_url``: :func:`check_reachable`
-    first (nothing changes when this TFDS has no such function)."""
+    first (nothing changes when this TFDS has no such function). Installed once for the process
+    and never taken back: TFDS downloads a dataset's URLs in a pool of threads, some of which may
+    open theirs after the first failure ended the block (a restored function would let them
+    retry against no network, ten times each, and write temporary files after the cleanup)."""
     try:
         from tensorflow_datasets.core.download import downloader
     except ImportError:
         yield
         return
     original = getattr(downloader, "_open_url", None)
-    if original is None:
-        yield
-        return
+    if original is not None and not getattr(original, "gcl_tf_probe", False):
 
-    def probed(url, **kwargs):
-        check_reachable(url)
-        return original(url, **kwargs)
+        def probed(url, **kwargs):
+            check_reachable(url)
+            return original(url, **kwargs)
 
-    downloader._open_url = probed
-    try:
-        yield
-    finally:
-        downloader._open_url = original
+        probed.gcl_tf_probe = True
+        downloader._open_url = probed
+    yield
 
 
 @contextlib.contextmanager
