@@ -237,7 +237,7 @@ def test_er_train_step_does_not_retrace_across_steps_or_tasks(make_config, tmp_p
     from gcl_tf import methods, train
     from gcl_tf.methods import er
 
-    class CountingER(er.Method):
+    class CountingER(er.ER):
         traces = 0
         at_task_begin = []
 

@@ -370,16 +370,16 @@ def test_nan_loss_stops_training_names_the_step_and_keeps_the_last_good_checkpoi
     batch 3); the check before the checkpoint of step 15 stops the run; ckpt-10 stays the latest."""
     import tensorflow as tf
 
-    from gcl_tf.methods import finetune
+    from gcl_tf import methods
 
-    learn = finetune.Method.learn
+    learn = methods.method_class("finetune").learn
 
     def learn_nan_from_step_13(self, x, y):
         logs = learn(self, x, y)
         logs["loss"] = tf.where(self.step_counter >= 12, tf.constant(float("nan")), logs["loss"])
         return logs
 
-    monkeypatch.setattr(finetune.Method, "learn", learn_nan_from_step_13)
+    monkeypatch.setattr(methods.method_class("finetune"), "learn", learn_nan_from_step_13)
     config = write_config(tmp_path, {"benchmark": {"num_tasks": 2}, "train": {"checkpoint_every": 5}})
     out = tmp_path / "run"
     message = cli_error(["--config", config, "--output", str(out)], capsys)

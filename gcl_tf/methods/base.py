@@ -12,9 +12,10 @@ and, when it needs task boundaries (``task_free = False``), ``on_task_begin`` / 
 span in which the model's state does not change, so that a method may compute what depends only
 on that state once for all test batches (``on_evaluation_begin`` / ``on_evaluation_end``).
 
-Constructors take the method's own keywords (the fields of its module's ``Config``, with the same
-defaults; checked here, from the constructor's signature, before the subclass's ``__init__`` goes
-on) and these common ones, listed or passed on as ``**common``:
+Constructors take the method's own keys (the fields of its module's ``Config``, declared there
+once: a subclass's ``__init__`` takes them as ``**keys`` and passes them on; they are checked here,
+before the subclass's ``__init__`` goes on, and kept as ``self.settings``; gcl_tf/methods/keys.py
+lists them in the class's signature) and these common ones, listed or passed on in ``**keys``:
 ``backbone`` (a ``keras.Model`` from images ``[N, H, W, C]`` to features ``[N, D]``; None: a
 two-layer MLP of 256 units), ``num_classes``, ``input_shape`` (an image's shape; None: the
 backbone's declared input), ``seed`` (the method's randomness: memory sampling, graph noise),
@@ -30,22 +31,22 @@ What the library reads from a method class (docs/api.md, "Adding a method"), wit
 method that declares nothing: ``task_free``, ``supports_distribution``, ``supports_loss_scaling``
 (mixed_float16), ``tune_grid`` (the tuner's default space), ``memory_slots`` and
 ``memory_fields`` (the episodic memory, for the memory estimate). A class that breaks a rule of
-this contract is refused when it is defined (:func:`gcl_tf.methods.check_declaration`).
+this contract is refused when it is defined (:func:`gcl_tf.methods.keys.declare`).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Optional
 
 import keras
 import tensorflow as tf
 
-from gcl_tf import salts
+from gcl_tf import methods, salts
 from gcl_tf.data.streams import to_float
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
+from gcl_tf.methods import keys as method_keys
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
 
@@ -99,13 +100,6 @@ def _for_keras_reduction(logs: dict) -> dict:
     return logs
 
 
-def in_step_methods() -> list:
-    """The registry keys of the methods that take an in-step augmentation."""
-    from gcl_tf import methods
-
-    return [name for name in methods.names() if methods.method_class(name).augments_in_step]
-
-
 class ContinualModel(LearnerSaving, keras.Model):
     """Base class; see the module docstring. ``model.save("learner.keras")`` saves it whole (its
     memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py)."""
@@ -132,21 +126,18 @@ class ContinualModel(LearnerSaving, keras.Model):
     augments_in_step: bool = False
 
     def __init_subclass__(cls, **kwargs):
-        from gcl_tf.methods import check_declaration
-
         super().__init_subclass__(**kwargs)
-        check_declaration(cls)
+        method_keys.declare(cls, ContinualModel)
 
     def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
                  batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, augment: str = "none",
-                 name: Optional[str] = None):
-        from gcl_tf.methods import registry_name
-
+                 name: Optional[str] = None, **keys):
         # The method itself computes in float32 whatever train.mixed_precision gives its layers
         # (gcl_tf/precision.py): no autocast of its own weights, float32 around the layers.
-        name = name or registry_name(type(self)) or type(self).__name__.lower()
+        name = name or methods.registry_name(type(self)) or type(self).__name__.lower()
         super().__init__(name=name, dtype="float32")
-        self.settings = self.check_settings()
+        #: The method's own keys (its ``Config``, checked: types, ranges, the rules between keys).
+        self.settings = method_keys.settings(type(self), keys)
         self.image_shape = infer_input_shape(input_shape, backbone, self.name)
         self.num_classes = int(num_classes)
         self.seed = int(seed)
@@ -167,24 +158,6 @@ class ContinualModel(LearnerSaving, keras.Model):
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 
-    def check_settings(self):
-        """The method's own keywords (the keys of its ``Config``, as the constructor was called)
-        checked against ``Config`` (types, ranges, the rules between keys): a ConfigError names
-        the keyword and what is allowed. Returns the ``Config`` instance (None without one)."""
-        from gcl_tf.methods import settings_class
-        from gcl_tf.schema import build_dataclass
-
-        config_class = settings_class(type(self))
-        if config_class is None:
-            return None
-        own = [f.name for f in dataclasses.fields(config_class) if f.name != "name"]
-        values = {key: self.constructor_arguments[key] for key in own if key in self.constructor_arguments}
-        settings = build_dataclass(config_class, values, type(self).__name__)
-        check = getattr(settings, "check_settings", None)
-        if check is not None:
-            check(type(self).__name__)
-        return settings
-
     def check_augment(self, augment: str) -> str:
         """``augment`` if this method takes it (see the module docstring), else a ConfigError."""
         from gcl_tf.augment import IN_STEP
@@ -193,7 +166,7 @@ class ContinualModel(LearnerSaving, keras.Model):
             raise ConfigError(f"augment: {augment!r} is not an in-step augmentation; allowed: {', '.join(IN_STEP)}")
         if augment != "none" and not self.augments_in_step:
             raise ConfigError(f"augment: {self.name} does not augment inside its step; allowed: none (in-step "
-                              f"augmentation is for {', '.join(in_step_methods())})")
+                              f"augmentation is for {', '.join(methods.augmenting_names())})")
         return augment
 
     def augmented(self, images, salt: int = salts.AUGMENT):

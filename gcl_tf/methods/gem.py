@@ -171,15 +171,14 @@ class GEM(ContinualModel):
         tasks = config.benchmark.num_tasks
         return per_task_memory(config.method.memory_size, tasks, "gem") * tasks
 
-    def __init__(self, backbone=None, *, num_classes, num_tasks, memory_size=1000, margin=0.5, multi_head=False,
-                 **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
         T = int(num_tasks)
         self.num_tasks = T
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.margin = float(margin)
+        self.margin = float(self.settings.margin)
         self.task_classes = TaskClasses(T, self.num_classes, multi_head)
-        self.memory = TaskMemory(T, per_task_memory(memory_size, T, "gem"), self.image_shape)
+        self.memory = TaskMemory(T, per_task_memory(self.settings.memory_size, T, "gem"), self.image_shape)
         self.num_parameters = num_elements(self.network.trainable_variables)
 
     def call(self, x, training=False):
@@ -231,6 +230,3 @@ class GEM(ContinualModel):
         g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.margin), lambda: g)
         self.optimizer.apply(unflatten(g, variables), variables)
         return {"loss": loss, "violations": tf.reduce_sum(tf.cast(violated, tf.float32))}
-
-
-Method = GEM

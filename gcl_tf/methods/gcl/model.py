@@ -27,7 +27,7 @@ from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, n
 from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits, present_classes
 from gcl_tf.methods.gcl.caches import ContextCache
-from gcl_tf.methods.gcl.config import Config
+from gcl_tf.methods.gcl.config import Config  # noqa: F401 - GCL's keys: a method class's module holds its Config
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
     context_graph_regularizer,
@@ -62,29 +62,21 @@ class GCL(Prediction, ContinualModel):
     """
 
     supports_distribution = True
-    former_defaults = Config.former_defaults  # a learner saved before lacks these keys (LearnerSaving.from_config)
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
     tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
                  "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
                  "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
-                 graph_lambda=50.0, regularize_below=1.0, kernel="rbf", kernel_width="median", kernel_start_edge=0.1,
-                 context_temperature=1.0,
-                 target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
-                 own_latent=True, target_loss="present", stochastic_graphs=True, edge_memory="matrix",
-                 context_batch=None,
-                 regularize_self_pairs=True, fuse_regularizer=True, input_shape=None, seed=0, batch_size=None,
-                 eval_batch_size=None, name="gcl"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, name=name)
-        self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
-        self.regularize_below = None if regularize_below is None else float(regularize_below)
-        self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
-        self.test_temperature, self.test_graph_samples = float(test_temperature), int(test_graph_samples)
-        self.also_test_graph_samples = tuple(int(k) for k in also_test_graph_samples)
-        self.stochastic_graphs, self.fuse_regularizer = bool(stochastic_graphs), bool(fuse_regularizer)
-        self.regularize_self_pairs = bool(regularize_self_pairs)
+    def __init__(self, backbone=None, *, num_classes, hidden_size=256, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        s = self.settings
+        self.context_lambda, self.graph_lambda = float(s.context_lambda), float(s.graph_lambda)
+        self.regularize_below = None if s.regularize_below is None else float(s.regularize_below)
+        self.context_temperature, self.target_temperature = float(s.context_temperature), float(s.target_temperature)
+        self.test_temperature, self.test_graph_samples = float(s.test_temperature), int(s.test_graph_samples)
+        self.also_test_graph_samples = tuple(int(k) for k in s.also_test_graph_samples)
+        self.stochastic_graphs, self.fuse_regularizer = bool(s.stochastic_graphs), bool(s.fuse_regularizer)
+        self.regularize_self_pairs = bool(s.regularize_self_pairs)
         hidden = int(hidden_size)
         self.hidden_size = hidden
         self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
@@ -101,31 +93,29 @@ class GCL(Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
-        self.target_loss = target_loss  # all (the paper) or present (checked against Config with the other keys)
+        self.target_loss = s.target_loss  # all (the paper) or present
         # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
-        self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if own_latent else None
+        self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if s.own_latent else None
         if self.own_head is not None:
             self.own_head.build((None, hidden))
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
         # authors'; median: sqrt(H) until the first step with contexts sets it from the median
         # squared distance, :func:`median_kernel_width`).
-        if kernel not in ("rbf", "normalized"):
-            raise ValueError(f"kernel: {kernel!r} is not allowed; allowed: 'rbf', 'normalized'")
-        self.kernel_type = kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
-        self.width_from_median = kernel_width == "median"
-        self.kernel_start_edge = float(kernel_start_edge)
-        width = math.sqrt(hidden) if kernel_width is None or self.width_from_median else float(kernel_width)
+        self.kernel_type = s.kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
+        self.width_from_median = s.kernel_width == "median"
+        self.kernel_start_edge = float(s.kernel_start_edge)
+        width = math.sqrt(hidden) if s.kernel_width is None or self.width_from_median else float(s.kernel_width)
         self.kernel_log_scale = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(width)),
             name="kernel_log_scale", trainable=True,
         )
         # Whether the median heuristic has set the kernel's width (saved: a resumed run keeps it).
         self.kernel_width_set = state_variable(tf.constant(False), "kernel_width_set")
-        self.memory = GraphMemory(memory_size, self.image_shape, seed=self.seed, edge_memory=edge_memory,
+        self.memory = GraphMemory(s.memory_size, self.image_shape, seed=self.seed, edge_memory=s.edge_memory,
                                   embedding_size=hidden)
-        self.capacity = int(memory_size)
+        self.capacity = int(s.memory_size)
         # Contexts attended to per step: the whole memory, or context_batch of them.
-        self.num_contexts = context_batch or self.capacity
+        self.num_contexts = s.context_batch or self.capacity
         self._test_noise = None
         self._warned_of_task = None  # the task after which GCL said it did not learn (on_task_end)
         if self.eval_batch_size is not None:
@@ -430,6 +420,3 @@ class GCL(Prediction, ContinualModel):
         stored = new_slots >= 0
         scatter_update(self.memory.edge_embeddings, tf.boolean_mask(new_slots, stored)[:, None],
                        tf.boolean_mask(embeddings[k:], stored))
-
-
-Method = GCL
