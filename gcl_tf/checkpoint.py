@@ -147,7 +147,7 @@ class RunCheckpoints:
     def __init__(self, model, num_tasks: int, output_dir: str):
         self.model = model
         self.folder = checkpoint_dir(output_dir)
-        variants = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+        variants = model.evaluation_variants()
         self.progress = Progress(num_tasks, len(variants))
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, progress=self.progress)
         self._manager = None

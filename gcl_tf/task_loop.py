@@ -60,7 +60,7 @@ class Start:
 
 def saved_evaluations(progress, model) -> dict:
     """What a checkpoint's progress holds of the evaluations: TaskEndEvaluation's keywords."""
-    variants = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+    variants = model.evaluation_variants()
     return dict(matrix=progress.accuracy.numpy(), eval_seconds=float(progress.eval_seconds.numpy()),
                 eval_samples=int(progress.eval_samples.numpy()),
                 variant_matrices={name: progress.variant_accuracy[k].numpy() for k, name in enumerate(variants)})

@@ -47,6 +47,7 @@ from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
 from gcl_tf.methods import keys as method_keys
+from gcl_tf.methods.hooks import Hooks
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
 
@@ -100,30 +101,10 @@ def _for_keras_reduction(logs: dict) -> dict:
     return logs
 
 
-class ContinualModel(LearnerSaving, keras.Model):
+class ContinualModel(Hooks, LearnerSaving, keras.Model):
     """Base class; see the module docstring. ``model.save("learner.keras")`` saves it whole (its
-    memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py)."""
-
-    #: False for methods that need task boundaries (the driver provides them).
-    task_free = True
-    #: True for methods whose step runs under a tf.distribute strategy (train.distribute): its
-    #: step must compute on R replicas what it computes on one (docs/api.md, "Adding a method").
-    supports_distribution = False
-    #: False for methods whose gradients do not go through :meth:`apply_gradients` (they apply
-    #: their own or move the weights themselves): no loss scaling, refused under mixed_float16.
-    supports_loss_scaling = True
-    #: The tuner's default space (``python -m gcl_tf.tune`` without ``tune.space``): dotted config
-    #: keys and their values, on top of the optimizer and learning-rate grid (gcl_tf/tune/space.py);
-    #: a key here replaces the common one.
-    tune_grid: dict = {}
-    #: The method's name in tables and figures (None: the class name); rows follow the registry.
-    label: Optional[str] = None
-    #: Small settings (method keys) for the library's own tests of every method: runs of a few
-    #: steps on tiny streams (tests/test_reliability.py, tests/test_distribute.py).
-    test_settings: dict = {}
-    #: True for methods whose ``learn`` applies the ``augment`` set (:meth:`augmented`) to every
-    #: image it trains on; the others refuse an augmentation other than ``"none"``.
-    augments_in_step: bool = False
+    memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py).
+    What the library reads from a method, with defaults: :class:`~gcl_tf.methods.hooks.Hooks`."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -178,21 +159,6 @@ class ContinualModel(LearnerSaving, keras.Model):
 
         return augment(images, self.augment, step_seed(self.seed, self.step_counter, salt))
 
-    # ------------------------------------------------------------------ the episodic memory
-    @classmethod
-    def memory_slots(cls, config) -> int:
-        """Samples the method's episodic memory holds under a run's config (0: no memory);
-        default: ``method.memory_size``. Sizes the memory estimate (gcl_tf/resources.py)."""
-        return int(getattr(config.method, "memory_size", 0) or 0)
-
-    @classmethod
-    def memory_fields(cls, num_classes: int) -> dict:
-        """What the memory keeps of each sample besides its image and label: ``{name: (shape,
-        dtype)}`` (DER++: its logits, ``{"logits": ((num_classes,), "float32")}``). A method
-        builds its memory with it (``ReservoirMemory(..., extra=self.memory_fields(K))``) and the
-        memory estimate counts it. Default: nothing."""
-        return {}
-
     def default_backbone(self, backbone):
         """``backbone``, or the default MLP (two ReLU layers of 256 units) on the input shape."""
         if backbone is not None:
@@ -210,20 +176,6 @@ class ContinualModel(LearnerSaving, keras.Model):
         logits = float32(self(x, training=False))
         return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
 
-    def on_task_begin(self, task_index: int, classes) -> None:
-        """Called before a task's first step; ``classes`` are the labels of its samples."""
-        self.current_task.assign(task_index)
-        self.next_task.assign(int(task_index) + 1)
-
-    def on_task_end(self, task_index: int, dataset) -> None:
-        """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
-
-    def on_evaluation_begin(self) -> None:
-        """Entering an evaluation span (see :meth:`evaluation_scope`); default: nothing."""
-
-    def on_evaluation_end(self) -> None:
-        """Leaving an evaluation span; default: nothing."""
-
     @contextlib.contextmanager
     def evaluation_scope(self):
         """A span of predictions during which the model's weights and memory do not change (no
@@ -240,13 +192,6 @@ class ContinualModel(LearnerSaving, keras.Model):
             self._evaluation_depth -= 1
             if self._evaluation_depth == 0:
                 self.on_evaluation_end()
-
-    def evaluation_variants(self) -> dict:
-        """Other prediction settings every task-end evaluation also measures, as ``{name:
-        {attribute: value}}``: the driver evaluates every task once more under each (see
-        :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
-        ``evaluations``, so that one training run gives every test-time variant. Default: none."""
-        return {}
 
     @contextlib.contextmanager
     def evaluation_variant(self, settings: dict):
@@ -321,10 +266,6 @@ class ContinualModel(LearnerSaving, keras.Model):
     @property
     def metrics(self):
         return [self.accuracy_tracker, self.eval_loss_tracker]
-
-    @classmethod
-    def check_replicas(cls, config, replicas: int) -> None:
-        """Raise a ConfigError if the method's own batch sizes do not split over ``replicas``."""
 
     def compile(self, optimizer="rmsprop", *, jit_compile=False, **kwargs):
         """``keras.Model.compile`` (the method computes its own losses: no ``loss``), then build

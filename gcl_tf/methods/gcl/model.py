@@ -49,6 +49,9 @@ from gcl_tf.methods.gcl.graph import (
 from gcl_tf.methods.gcl.prediction import Prediction
 from gcl_tf.precision import float32
 
+FLOAT32 = 4  # bytes
+STEP_GRAPH_TENSORS = 3  # kernel, edge logits, sampled graph: [k + B, k] each, all alive for the gradient
+
 
 class GCL(Prediction, ContinualModel):
     """GCL as a Keras model; ``train_step`` is the whole online update.
@@ -123,6 +126,36 @@ class GCL(Prediction, ContinualModel):
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
         one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
         self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
+
+    # -------------------------------------------------------------- the memory estimate
+    @classmethod
+    def memory_buffers(cls, config) -> list:
+        """The learned context graph ([M, M] edge logits, or [M, H] edge embeddings), the graphs of
+        a training step ([k + B, k] for k contexts: the kernel, the edge logits and the sampled
+        graph, all kept for the gradient) and the test-time graph noise ([S, N, M]: drawn for each
+        evaluation batch, kept when it fits TEST_NOISE_CACHE_BYTES), in bytes."""
+        method, memory, hidden = config.method, int(config.method.memory_size), int(config.model.hidden_size)
+        if method.edge_memory == "matrix":
+            graph = (f"the [{memory}, {memory}] edge matrix", memory * memory * FLOAT32)
+        else:
+            graph = (f"the [{memory}, {hidden}] edge embeddings", memory * hidden * FLOAT32)
+        k = method.context_batch or memory
+        rows, n = k + int(config.train.batch_size), STEP_GRAPH_TENSORS
+        buffers = [graph, (f"a training step's graphs ({n} x [{rows}, {k}])", n * rows * k * FLOAT32)]
+        if method.stochastic_graphs:
+            shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
+            buffers.append((f"the test graphs' noise [{', '.join(map(str, shape))}]", math.prod(shape) * FLOAT32))
+        return buffers
+
+    @classmethod
+    def memory_advice(cls, config) -> str:
+        method = config.method
+        if method.edge_memory == "matrix":
+            return ("set method.edge_memory: embeddings with method.context_batch (e.g. 1000), which make the graph "
+                    "linear in the memory, or lower method.memory_size")
+        if method.context_batch is None:
+            return "set method.context_batch (e.g. 1000) or lower method.memory_size"
+        return "lower method.context_batch, eval.batch_size or method.memory_size"
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
