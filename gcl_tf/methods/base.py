@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from gcl_tf import methods, salts
 from gcl_tf.data.streams import to_float
+from gcl_tf.distribute import apply_if
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
@@ -341,15 +342,20 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         mask = tf.ones([self.num_classes], tf.bool)
         return tf.exp(self.predict_log_probs(x, mask))
 
-    def apply_gradients(self, tape, loss, variables=None):
+    def apply_gradients(self, tape, loss, variables=None, when=None):
         """Gradients of ``loss`` applied by the optimizer. Under a ``LossScaleOptimizer``
         (mixed_float16) the loss is scaled (the tape's output gradient is the loss scale) and the
         optimizer unscales them and skips a step whose gradients overflowed; returns them as the
-        tape gave them."""
+        tape gave them. ``when`` (a scalar bool tensor): applied only when it holds, else no
+        optimizer update at all (no step counted, no moment changed; the gradients are taken
+        outside the condition)."""
         variables = self.trainable_variables if variables is None else variables
         scale = None
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             scale = tf.cast(self.optimizer.scale_loss(tf.ones_like(loss, tf.float32)), loss.dtype)
         grads = tape.gradient(loss, variables, output_gradients=scale)
-        self.optimizer.apply(grads, variables)
+        if when is None:
+            self.optimizer.apply(grads, variables)
+        else:
+            apply_if(when, self.optimizer.apply, grads, variables)
         return grads
