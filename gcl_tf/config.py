@@ -378,9 +378,10 @@ def read_config(path: str) -> dict:
     return with_former_defaults(raw) if saved_by_gcl_tf(path) else raw
 
 
-def load_saved_config(path: str) -> Config:
-    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`)."""
-    return resolve(with_former_defaults(load_yaml(path)))
+def load_saved_config(path: str, method_keys: bool = True) -> Config:
+    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`;
+    ``method_keys``: see :func:`resolve`)."""
+    return resolve(with_former_defaults(load_yaml(path)), method_keys=method_keys)
 
 
 def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:

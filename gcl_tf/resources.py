@@ -1,48 +1,18 @@
 """Memory a run needs, checked before its model is built.
 
-:func:`largest_buffers` estimates a run's largest buffers from its config (a pure function):
-the episodic memory's images (stored as float32, as every method keeps them), the other fields it
-keeps of each sample (DER++'s logits) and the method's other large buffers (GCL's context graph,
-a step's graphs, the test-time noise), as the method's class declares them (``memory_slots``,
-``memory_fields``, ``memory_buffers``: gcl_tf/methods/hooks.py). It is a lower bound: weights,
-activations and TensorFlow's own buffers come on top. :func:`check_memory` refuses a run whose buffers exceed
-the memory of the device they live on: the GPU's (the smallest, with several) when one is
-used, else the host's available RAM.
+A method's class estimates a run's largest buffers from its config (``memory_estimate``,
+gcl_tf/methods/hooks.py: the episodic memory's images, its per-sample fields, the method's other
+buffers); it is a lower bound: weights, activations and TensorFlow's own buffers come on top.
+:func:`check_memory` refuses a run whose buffers exceed the memory of the device they live on:
+the GPU's (the smallest, with several) when one is used, else the host's available RAM.
 """
 from __future__ import annotations
 
-import math
 import os
 
-from gcl_tf import methods
 from gcl_tf.errors import OutOfMemory
 
-FLOAT32 = 4
 GIB = 2**30
-
-
-def largest_buffers(config, input_shape, num_classes: int | None = None) -> list[tuple[str, int]]:
-    """``(what, bytes)`` of the run's largest buffers on one device, largest first (the memory's
-    extra fields counted when ``num_classes``, which they may depend on, is given)."""
-    cls = methods.method_class(config.method.name)
-    slots = cls.memory_slots(config)
-    if not slots:  # finetune, ewc: no episodic memory
-        return []
-    image = math.prod(int(d) for d in input_shape) * FLOAT32
-    buffers = [(f"the memory's {slots} images", slots * image)]
-    fields = cls.memory_fields(int(num_classes)) if num_classes is not None else {}
-    for name, (shape, dtype) in fields.items():
-        per_sample = math.prod(int(d) for d in shape) * _itemsize(dtype)
-        buffers.append((f"the memory's {slots} {name} [{', '.join(str(int(d)) for d in shape)}]", slots * per_sample))
-    buffers += cls.memory_buffers(config)
-    return sorted(buffers, key=lambda item: -item[1])
-
-
-def _itemsize(dtype) -> int:
-    """Bytes of one element of ``dtype`` (a name such as "float32", a NumPy or TensorFlow dtype)."""
-    import numpy as np
-
-    return int(np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize)
 
 
 # ----------------------------------------------------------------------------- what is there
@@ -105,11 +75,10 @@ def _size(size: int) -> str:
     return f"{size / GIB:.1f} GiB" if size >= GIB / 10 else f"{size / 2**20:.1f} MiB"
 
 
-def check_memory(config, input_shape, available: int | None = None, where: str = "",
-                 num_classes: int | None = None) -> None:
-    """A one-line OutOfMemory when the run's largest buffers exceed ``available`` bytes (default:
+def check_memory(buffers, subject: str, advice: str, available: int | None = None, where: str = "") -> None:
+    """A one-line OutOfMemory, ``"{subject} needs at least ... ; {advice}"``, when the run's
+    largest ``buffers`` (``[(what, bytes)]``) exceed ``available`` bytes (default:
     :func:`device_memory`)."""
-    buffers = largest_buffers(config, input_shape, num_classes)
     needed = sum(size for _, size in buffers)
     if not buffers or needed < 2**20:  # nothing worth asking the device about
         return
@@ -120,8 +89,5 @@ def check_memory(config, input_shape, available: int | None = None, where: str =
     if needed <= available:
         return
     parts = ", ".join(f"{what} {_size(size)}" for what, size in buffers)
-    raise OutOfMemory(
-        f"method.memory_size: {config.method.memory_size} needs at least {_size(needed)} ({parts}) but "
-        f"{_size(available)} of {where or 'memory'} is there; "
-        f"{methods.method_class(config.method.name).memory_advice(config)}"
-    )
+    raise OutOfMemory(f"{subject} needs at least {_size(needed)} ({parts}) but {_size(available)} of "
+                      f"{where or 'memory'} is there; {advice}")

@@ -87,13 +87,12 @@ class TrainingClock:
         self.task_seconds = self.so_far()
 
 
-def task_stream(config, task, done: int, strategy=None):
-    """A task's training stream: the whole stream (the task-end hooks read it: EWC's Fisher,
+def task_stream(train, seed: int, augment: str, task, done: int, strategy=None):
+    """A task's training stream (the ``train`` section's batches and epochs, the run's ``seed``,
+    the stream's ``augment``): the whole stream (the task-end hooks read it: EWC's Fisher,
     iCaRL's exemplars), ``fit``'s keyword arguments (a resumed task trains on the rest of it, as
     one pass) and the task's steps."""
-    train = config.train
-    dataset, steps = train_dataset(task.train, train.batch_size, train.epochs, config.seed, task.index,
-                                   augment=config.benchmark.augment)
+    dataset, steps = train_dataset(task.train, train.batch_size, train.epochs, seed, task.index, augment=augment)
     total = steps * train.epochs
     if done:
         fit_args = dict(x=dataset.skip(done), epochs=1, steps_per_epoch=total - done)
@@ -155,7 +154,9 @@ class TaskLoop:
             resumed = f", resumed at batch {done}" if done else ""
             print(f"Task {i + 1}/{self.num_tasks} ({task.description}): {len(task.train)} training samples{resumed}",
                   flush=True)
-        dataset, fit_args, total = task_stream(self.config, task, done, self.strategy)
+        config = self.config
+        dataset, fit_args, total = task_stream(config.train, config.seed, config.benchmark.augment, task, done,
+                                               self.strategy)
         first_step = int(self.model.step_counter.numpy()) - done
         self.evaluator.begin_task(i)
         self.checkpoints.begin_task(i, first_step)

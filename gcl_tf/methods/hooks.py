@@ -5,7 +5,10 @@ checkpoints, the memory estimate, the figures' arrays) call these and know no me
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
+
+FLOAT32 = 4  # bytes: the memories keep images as float32
 
 
 class Hooks:
@@ -51,6 +54,23 @@ class Hooks:
         builds its memory with it (``ReservoirMemory(..., extra=self.memory_fields(K))``) and the
         memory estimate counts it. Default: nothing."""
         return {}
+
+    @classmethod
+    def memory_estimate(cls, config, input_shape, num_classes: Optional[int] = None) -> list:
+        """``[(what, bytes)]``: the run's largest buffers on one device, largest first (the memory
+        check, gcl_tf/resources.py): the episodic memory's images (:meth:`memory_slots`), its
+        per-sample fields (:meth:`memory_fields`, counted when ``num_classes``, which they may
+        depend on, is given) and the method's other buffers (:meth:`memory_buffers`)."""
+        import numpy as np
+
+        slots = cls.memory_slots(config)
+        if not slots:  # finetune, ewc: no episodic memory
+            return []
+        buffers = [(f"the memory's {slots} images", slots * math.prod(int(d) for d in input_shape) * FLOAT32)]
+        for name, (shape, dtype) in (cls.memory_fields(int(num_classes)) if num_classes is not None else {}).items():
+            size = math.prod(int(d) for d in shape) * int(np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize)
+            buffers.append((f"the memory's {slots} {name} [{', '.join(str(int(d)) for d in shape)}]", slots * size))
+        return sorted(buffers + cls.memory_buffers(config), key=lambda item: -item[1])
 
     @classmethod
     def memory_buffers(cls, config) -> list:

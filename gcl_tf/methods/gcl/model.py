@@ -33,9 +33,9 @@ from gcl_tf.methods.gcl.graph import (
 )
 from gcl_tf.methods.gcl.prediction import Prediction
 from gcl_tf.methods.gcl.training import Training
+from gcl_tf.methods.hooks import FLOAT32
 from gcl_tf.precision import float32
 
-FLOAT32 = 4  # bytes
 STEP_GRAPH_TENSORS = 3  # kernel, edge logits, sampled graph: [k + B, k] each, all alive for the gradient
 
 
