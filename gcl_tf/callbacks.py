@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from gcl_tf.data.protocols import Task
 from gcl_tf.data.streams import eval_dataset
 
 
@@ -23,10 +24,10 @@ class TaskBoundary(keras.callbacks.Callback):
 
     def __init__(self, task_index, dataset=None, classes=None):
         super().__init__()
-        if hasattr(task_index, "index"):  # a task object
+        if isinstance(task_index, Task):
             task = task_index
             task_index, dataset = task.index, task.train if dataset is None else dataset
-            classes = getattr(task, "classes", None) if classes is None else classes
+            classes = task.classes if classes is None else classes
         self.task_index = int(task_index)
         self.dataset = dataset
         self.classes = classes

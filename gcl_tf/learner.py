@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from gcl_tf import config_dicts
 from gcl_tf.errors import UserError
 from gcl_tf.faults import disk_error
 from gcl_tf.run_layout import CONFIG, LEARNER, MODEL_INFO
@@ -56,12 +57,11 @@ def write_learner(model, output_dir: str) -> str:
 def learner_keys(config, info: dict) -> dict:
     """``{key: value}``: what the learner a run of ``config`` builds is (see the module
     docstring); ``info``: the run's data description (``num_classes``, ``input_shape``)."""
-    from gcl_tf import config as config_lib
     from gcl_tf import methods
 
     data = config.to_dict()
     run = methods.run_arguments(config, info["input_shape"], info["num_classes"])
-    return {**config_lib.flat_keys({"method": data["method"], "model": data["model"]}),
+    return {**config_dicts.flat_keys({"method": data["method"], "model": data["model"]}),
             "train.optimizer": config.train.optimizer, "train.mixed_precision": config.train.mixed_precision,
             "the data's classes": int(info["num_classes"]),
             "the data's image shape": [int(d) for d in info["input_shape"]],
@@ -98,7 +98,7 @@ def check_init_from(config, benchmark, output_dir: str) -> dict:
     except (UserError, OSError, ValueError) as error:
         raise UserError(f"init_from: cannot read the run's config.yaml and model.json in {run_dir} ({error})") from None
     new_info = {"num_classes": benchmark.num_classes, "input_shape": benchmark.input_shape}
-    shown = config_lib.describe_differences(learner_keys(saved, info), learner_keys(config, new_info))
+    shown = config_dicts.describe_differences(learner_keys(saved, info), learner_keys(config, new_info))
     if shown:
         raise UserError(f"init_from: the config changes what the learner of {run_dir} is: {shown}; allowed: "
                         "the learner's method, model, optimizer, classes and image shape (the data, seed, "

@@ -92,7 +92,7 @@ def task_stream(train, seed: int, augment: str, task, done: int, strategy=None):
     the stream's ``augment``): the whole stream (the task-end hooks read it: EWC's Fisher,
     iCaRL's exemplars), ``fit``'s keyword arguments (a resumed task trains on the rest of it, as
     one pass) and the task's steps."""
-    dataset, steps = train_dataset(task.train, train.batch_size, train.epochs, seed, task.index, augment=augment)
+    dataset, steps = train_dataset(task.train_data, train.batch_size, train.epochs, seed, task.index, augment=augment)
     total = steps * train.epochs
     if done:
         fit_args = dict(x=dataset.skip(done), epochs=1, steps_per_epoch=total - done)
@@ -123,7 +123,7 @@ class TaskLoop:
         self.step_logger = StepLogger(self.writer, config.train.log_every)
         self.periodic = PeriodicCheckpoint(config.train.checkpoint_every, self.save_mid_task, checkpoints.check_finite,
                                            stop=self.stop_if_asked)
-        steps = [task_steps_per_epoch(len(t.train), config.train.batch_size, t.index) * config.train.epochs
+        steps = [task_steps_per_epoch(len(t.train_data), config.train.batch_size, t.index) * config.train.epochs
                  for t in benchmark.tasks]
         self.progress_line = ProgressLine(progress_seconds, run_steps=sum(steps), num_tasks=self.num_tasks,
                                           done_before=sum(steps[: self.start.task]) + self.start.batch
@@ -152,8 +152,8 @@ class TaskLoop:
         done = self.start.batch if i == self.start.task else 0
         if self.verbose:
             resumed = f", resumed at batch {done}" if done else ""
-            print(f"Task {i + 1}/{self.num_tasks} ({task.description}): {len(task.train)} training samples{resumed}",
-                  flush=True)
+            print(f"Task {i + 1}/{self.num_tasks} ({task.description}): {len(task.train_data)} training samples"
+                  f"{resumed}", flush=True)
         config = self.config
         dataset, fit_args, total = task_stream(config.train, config.seed, config.benchmark.augment, task, done,
                                                self.strategy)

@@ -36,7 +36,7 @@ import warnings
 from typing import NamedTuple, Optional
 
 from gcl_tf import config as config_lib
-from gcl_tf import run_layout
+from gcl_tf import config_dicts, run_layout
 from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import StopSignals, check_free, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
@@ -84,7 +84,7 @@ def check_resumable(output_dir: str, config) -> list[str]:
     except UserError as error:
         raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
                            "start a new run in another --output") from None
-    shown = config_lib.describe_differences(saved, config.to_dict(), RESULT_NEUTRAL_KEYS)
+    shown = config_dicts.describe_differences(saved, config.to_dict(), RESULT_NEUTRAL_KEYS)
     if shown:
         raise NotResumable(f"the config differs from the run's {saved_path}: {shown}",
                            "resume with the run's config or start a new run in another --output")
@@ -307,7 +307,7 @@ def execute(plan: RunPlan, benchmark=None) -> TrainedModel:
         if benchmark is None:
             benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
         for task in benchmark.tasks:  # every task has a batch, before anything is written
-            task_steps_per_epoch(len(task.train), config.train.batch_size, task.index)
+            task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
         if plan.resume and config.train.distribute == "multi_worker":
             raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
         strategy = make_strategy(config, model_class(config))

@@ -245,12 +245,12 @@ def test_benchmarks_give_the_cli_streams(make_config):
     assert len(stream) == 2 and stream.input_shape == (8, 8, 1) and stream.num_classes == 10
     for task, ref in zip(stream, reference.tasks):
         np.testing.assert_array_equal(task.classes, ref.classes)
-        expected, _ = train_dataset(ref.train, 8, 1, 4, ref.index)
+        expected, _ = train_dataset(ref.train_data, 8, 1, 4, ref.index)
         for (x, y), (ex, ey) in zip(task.train, expected):
             np.testing.assert_array_equal(x.numpy(), ex.numpy())
             np.testing.assert_array_equal(y.numpy(), ey.numpy())
         test_labels = np.concatenate([y.numpy() for _, y in task.test])
-        np.testing.assert_array_equal(test_labels, ref.test.labels)
+        np.testing.assert_array_equal(test_labels, ref.test_data.labels)
     with pytest.raises(ConfigError, match="benchmarks.split.num_tasks"):
         gcl_tf.benchmarks.split("digits", num_tasks=0)
 
@@ -267,10 +267,10 @@ def test_benchmarks_hold_out_the_cli_validation_split(make_config):
     reference = ContinualBenchmark(config.benchmark, 3, load_test=False)
     for task, ref in zip(stream, reference.tasks):
         images = np.concatenate([x.numpy() for x, _ in task.validation])
-        np.testing.assert_array_equal(images, ref.validation.images)
+        np.testing.assert_array_equal(images, ref.validation_data.images)
         train = sum(int(y.shape[0]) for _, y in task.train)
-        assert train == len(ref.train) // 10 * 10  # whole batches of 10
-        assert abs(len(images) / (len(ref.train) + len(images)) - 0.2) < 0.01
+        assert train == len(ref.train_data) // 10 * 10  # whole batches of 10
+        assert abs(len(images) / (len(ref.train_data) + len(images)) - 0.2) < 0.01
     with pytest.raises(ValueError, match="validation_fraction > 0"):
         gcl_tf.benchmarks.split("digits", num_tasks=1).tasks[0].validation
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from gcl_tf import methods
-from gcl_tf.config import flat_keys, load_config
+from gcl_tf.config import load_config
+from gcl_tf.config_dicts import flat_keys
 from gcl_tf.schema import MemoryMethodConfig
 
 from conftest import REPO

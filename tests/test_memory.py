@@ -266,7 +266,7 @@ def salt_positions() -> dict:
     takes a stream's salt (a method's ``self`` not counted)."""
     import inspect
 
-    from gcl_tf.data.protocols import task_rng
+    from gcl_tf.data.rng import task_rng
     from gcl_tf.memory.reservoir import replay_batch
     from gcl_tf.memory.state import step_seed
 

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf import salts
-from gcl_tf.data.protocols import task_rng
+from gcl_tf.data.rng import task_rng
 from gcl_tf.data.sources import SplitData
 from gcl_tf.errors import ConfigError
 
