@@ -1039,17 +1039,27 @@ def test_the_defaults_learn_with_the_mlp_and_a_users_cnn(trunk):
     assert acc >= 30, acc
 
 
-def test_gcl_takes_any_trunk_from_a_config():
-    """model.backbone: resnet18 builds GCL on the reduced ResNet-18 (its 160 features feed the
-    heads), and a step learns: the default width is set from its embeddings' median distance."""
+@pytest.mark.parametrize("backbone", ["mlp", "convnet", "resnet18"])
+def test_gcl_takes_any_trunk_from_a_config(backbone):
+    """model.backbone builds GCL on that trunk (its features, whatever their width, feed the
+    heads) and its steps learn through it: on two batches seen again and again the loss of the
+    same batch falls and the trunk's weights move; the kernel's width is set from the
+    embeddings' median distance at the first step with contexts."""
+    from gcl_tf.backbones import feature_size
+
     config = config_lib.resolve({"seed": 0, "method": {"name": "gcl", "memory_size": 20},
-                                 "model": {"backbone": "resnet18", "filters": 4, "hidden_size": 16}})
+                                 "model": {"backbone": backbone, "filters": 4, "hidden_size": 16},
+                                 "train": {"optimizer": "adam", "learning_rate": 0.01}})
     model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
-    assert model.trunk.name == "resnet18"
-    for x, y in batches(2, seed=7):
-        logs = model.train_step((x, y))
-    assert bool(model.kernel_width_set.numpy()) and np.isfinite(float(logs["loss"]))
+    assert model.trunk.name == backbone
+    assert model.edge_head.kernel.shape[0] == model.latent_head.kernel.shape[0] == feature_size(model.trunk, (8, 8, 1))
+    before = [v.numpy().copy() for v in model.trunk.trainable_variables]
+    data = list(batches(2, seed=7))
+    losses = [float(model.train_step(data[i % 2])["loss"]) for i in range(12)]  # the first only fills the memory
+    assert losses[0] == 0.0 and losses[11] < 0.85 * losses[1], losses  # batch 2, first seen and 6th time
+    assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trunk.trainable_variables))
+    assert bool(model.kernel_width_set.numpy())
 
 
 def test_the_task_end_check_and_evaluation_log_no_tensorflow_warning(monkeypatch):
