@@ -295,7 +295,7 @@ def main(argv=None) -> int:
         plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
                                 output_dir=args.output, trial_verbose=args.verbose)
         if args.workers > 1:
-            return local.run(args, plan)
+            return local.run(args, plan, run_search)
         run_search(plan, overwrite=args.overwrite)
     except Stopped as stop:  # SIGTERM or Ctrl-C during a trial's training
         raise stop.with_hint("run the same command again (without --overwrite) to resume the search") from None
