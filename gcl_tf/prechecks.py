@@ -69,5 +69,5 @@ def early_benchmark(config):
         return None
     benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
     for task in benchmark.tasks:
-        task_steps_per_epoch(len(task.train), config.train.batch_size, task.index)
+        task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
     return benchmark
