@@ -8,15 +8,13 @@ Writes ``DIR/results.json`` (never overwritten without ``--overwrite``), ``DIR/c
 ``DIR/tensorboard`` and checkpoints under ``DIR/checkpoints`` (every ``train.checkpoint_every``
 steps and at every task end); ``--resume`` continues a killed run from its last checkpoint, and
 a folder holding an unfinished run is refused without ``--resume`` or ``--overwrite``;
-``--init-from RUN_DIR`` starts from a finished run's learner (gcl_tf/learner.py). The file names
-are gcl_tf/run_layout.py's.
-One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
+``--init-from RUN_DIR`` starts from a finished run's learner (gcl_tf/learner.py); the file names
+are gcl_tf/run_layout.py's. One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
 checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 
 Reading order: :func:`main` checks the config, the folder, the paths and the data of a source read
-without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads;
-:func:`train_model` checks the data and the devices, holds the folder and restores (or builds) the
-model (:func:`restore`); :class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and
+without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads; :func:`train_model` checks the
+data and the devices, holds the folder and restores (or builds) the model (:func:`restore`); :class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and
 writes the learner and the results.
 """
 from __future__ import annotations

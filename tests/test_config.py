@@ -254,8 +254,8 @@ print("TENSORFLOW", "tensorflow" in sys.modules)
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (["method.name=gcl", "method.graph_lambda=-1"], "method.graph_lambda: -1.0 is out of range; allowed: [0, inf]"),
-    (["method.name=er", "method.memory_size=-5"], "method.memory_size: -5 is out of range; allowed: [1, inf]"),
+    (["method.name=gcl", "method.graph_lambda=-1"], "method.graph_lambda: -1.0 is out of range; allowed: [0, inf)"),
+    (["method.name=er", "method.memory_size=-5"], "method.memory_size: -5 is out of range; allowed: [1, inf)"),
     (["method.name=gcl", "method.kernel=cosine"], "method.kernel: 'cosine' is not allowed; allowed: rbf, normalized"),
     (["method.name=gcl", "method.context_batch=5"], "method.context_batch: needs method.edge_memory: embeddings"),
     (["method.name=mer", "train.optimizer=adam"], "train.optimizer: mer uses plain SGD steps"),

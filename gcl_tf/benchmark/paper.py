@@ -48,7 +48,7 @@ from gcl_tf.benchmark.status import finished, resumable
 from gcl_tf.errors import DataError, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
-from gcl_tf.prechecks import output_folder, plain_sgd
+from gcl_tf.prechecks import output_folder
 
 
 @dataclass
@@ -273,8 +273,6 @@ def main(argv=None) -> int:
         print("\n".join(dry_run(checked, args.output, finished_as_stated)))
         return 0
     output_folder(args.output)
-    for run in checked:
-        plain_sgd(run.config)
     check_data(checked)
     import_tensorflow()  # quietly, before the methods' modules import it
     runs = plan(*selection, memory_methods=args.memory_methods)
