@@ -14,8 +14,8 @@ checkpoint at the next step and stops (exit status 128 + the signal); docs/relia
 
 Reading order: :func:`main` checks the config, the folder, the paths and the data of a source read
 without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads; :func:`train_model` checks the
-data and the devices, holds the folder and restores (or builds) the model (:func:`restore`); :class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and
-writes the learner and the results.
+data and the devices, holds the folder and restores (or builds) the model (:func:`restore`);
+:class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and writes the learner and results.
 """
 from __future__ import annotations
 
