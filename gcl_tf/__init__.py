@@ -23,7 +23,8 @@ _EXPORTS = {
     "Results": ("gcl_tf.api", "Results"),
     "load_model": ("gcl_tf.api", "load_model"),
 }
-_SUBMODULES = ("api", "benchmarks", "callbacks", "config", "data", "methods", "saving")
+_SUBMODULES = {"api": "gcl_tf.api", "benchmarks": "gcl_tf.data.benchmarks", "callbacks": "gcl_tf.callbacks",
+               "config": "gcl_tf.config", "data": "gcl_tf.data", "methods": "gcl_tf.methods", "saving": "gcl_tf.saving"}
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES)
 
@@ -33,7 +34,7 @@ def __getattr__(name):
         module, attribute = _EXPORTS[name]
         value = getattr(importlib.import_module(module), attribute)
     elif name in _SUBMODULES:
-        value = importlib.import_module(f"gcl_tf.{name}")
+        value = importlib.import_module(_SUBMODULES[name])
     else:
         raise AttributeError(f"module 'gcl_tf' has no attribute {name!r}")
     globals()[name] = value

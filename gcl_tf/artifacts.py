@@ -2,48 +2,14 @@
 (``DIR/artifacts.npz``) and ``python -m gcl_tf.benchmark plots`` draws them (t-SNE of the
 penultimate embeddings with the class embeddings, GCL's context graph).
 
-What is read from the learner, each optional on the method class (the defaults fit a method whose
-``network`` is :func:`gcl_tf.backbones.classifier`'s backbone and ``logits`` layer):
-
-- ``penultimate(x)``: features ``[N, D]`` read by the last linear layer (default: the output of
-  the Keras model inside ``model.network``, its backbone);
-- ``output_layer()``: that linear layer, whose kernel's columns are the class embeddings
-  (default: ``model.network``'s layer ``logits``);
-- ``context_graph()``: ``(graph [C, C], labels [C])`` of a method that learns a graph over its
-  memory (GCL), else absent.
+What is read from the learner, hooks of every method with defaults (gcl_tf/methods/hooks.py):
+``penultimate(x)``, the features ``[N, D]`` the last linear layer reads; ``output_layer()``, that
+layer, whose kernel's columns are the class embeddings; ``context_graph()``, ``(graph [C, C],
+labels [C])`` of a method that learns a graph over its memory (GCL), else None.
 """
 from __future__ import annotations
 
 import numpy as np
-
-
-def penultimate(model, x):
-    """Features ``[N, D]`` of images ``x`` read by the model's last linear layer, or None."""
-    if hasattr(model, "penultimate"):
-        return model.penultimate(x)
-    import keras
-
-    network = getattr(model, "network", None)
-    if network is None:
-        return None
-    backbone = next((layer for layer in network.layers if isinstance(layer, keras.Model)), None)
-    return None if backbone is None else backbone(x, training=False)
-
-
-def output_layer(model):
-    """The model's last linear layer (its kernel columns: the class embeddings), or None."""
-    if hasattr(model, "output_layer"):
-        return model.output_layer()
-    network = getattr(model, "network", None)
-    try:
-        return None if network is None else network.get_layer("logits")
-    except ValueError:
-        return None
-
-
-def context_graph(model):
-    """``(graph [C, C], labels [C])`` of a method that learns a graph over its memory, else None."""
-    return model.context_graph() if hasattr(model, "context_graph") else None
 
 
 def evaluation_images(benchmark, split: str, num_images: int):
@@ -69,15 +35,15 @@ def export_artifacts(model, benchmark, split: str = "test", num_images: int = 10
     out = {}
     images, labels, tasks = evaluation_images(benchmark, split, num_images)
     chunk = model.eval_batch_size or 500
-    features = [penultimate(model, to_float(images[i:i + chunk])) for i in range(0, len(images), chunk)]
+    features = [model.penultimate(to_float(images[i:i + chunk])) for i in range(0, len(images), chunk)]
     if features and features[0] is not None:
         out["embeddings"] = np.concatenate([np.asarray(f, np.float32) for f in features])
         out["embedding_labels"] = labels.astype(np.int64)
         out["embedding_tasks"] = tasks.astype(np.int64)
-        layer = output_layer(model)
+        layer = model.output_layer()
         if layer is not None:
             out["class_embeddings"] = np.asarray(layer.kernel, np.float32).T  # [K, D]
-    graph = context_graph(model)
+    graph = model.context_graph()
     if graph is not None:
         out["context_graph"], out["memory_labels"] = (np.asarray(graph[0], np.float32),
                                                       np.asarray(graph[1], np.int64))

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from gcl_tf.data.protocols import Task
 from gcl_tf.data.streams import eval_dataset
 
 
@@ -23,10 +24,10 @@ class TaskBoundary(keras.callbacks.Callback):
 
     def __init__(self, task_index, dataset=None, classes=None):
         super().__init__()
-        if hasattr(task_index, "index"):  # a task object
+        if isinstance(task_index, Task):
             task = task_index
             task_index, dataset = task.index, task.train if dataset is None else dataset
-            classes = getattr(task, "classes", None) if classes is None else classes
+            classes = task.classes if classes is None else classes
         self.task_index = int(task_index)
         self.dataset = dataset
         self.classes = classes
@@ -98,7 +99,7 @@ class TaskEndEvaluation(keras.callbacks.Callback):
 
     def variants(self, model) -> dict:
         """The model's evaluation variants, each with its accuracy matrix (created on first use)."""
-        found = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+        found = model.evaluation_variants()
         T = self.benchmark.num_tasks
         for name in found:
             self.variant_matrices.setdefault(name, np.full((T, T), np.nan))
@@ -122,7 +123,7 @@ class TaskEndEvaluation(keras.callbacks.Callback):
                 for name, matrix in self.variant_matrices.items():
                     tf.summary.scalar(f"accuracy_{name}/average_all_tasks", float(np.mean(matrix[i])))
                     tf.summary.scalar(f"accuracy_{name}/average_tasks_seen", float(np.mean(matrix[i, : i + 1])))
-                graph = self.model.context_graph() if hasattr(self.model, "context_graph") else None
+                graph = self.model.context_graph()
                 if graph is not None:
                     tf.summary.image("context_graph", graph_image(*graph)[None])
             self.writer.flush()
@@ -155,7 +156,7 @@ class StepLogger(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self.step is None:  # once per run: continue from the model's counter (resume)
             self.step = int(self.model.step_counter.numpy())
-        self._per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        self._per_call = max(1, int(self.model.steps_per_execution))
 
     def on_train_batch_end(self, batch, logs=None):
         previous = self.step
@@ -196,7 +197,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.step = int(self.model.step_counter.numpy())
-        self._per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        self._per_call = max(1, int(self.model.steps_per_execution))
 
     def on_train_batch_end(self, batch, logs=None):
         previous = self.step
@@ -247,7 +248,7 @@ class ProgressLine(keras.callbacks.Callback):
         self.task, self.task_steps, self.task_done = int(task), int(task_steps), int(done)
 
     def on_train_begin(self, logs=None):
-        self._per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        self._per_call = max(1, int(self.model.steps_per_execution))
         self._mark = (self.clock(), self.run_done)
 
     def on_train_batch_end(self, batch, logs=None):

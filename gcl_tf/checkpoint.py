@@ -30,10 +30,9 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from gcl_tf import config as config_lib
-from gcl_tf.errors import NotResumable, TrainingError, UserError
+from gcl_tf.errors import TrainingError, UserError
 from gcl_tf.faults import disk_error
-from gcl_tf.run_layout import CONFIG, RESULT_NEUTRAL_KEYS, RESULTS, checkpoint_dir
+from gcl_tf.run_layout import checkpoint_dir
 
 # The last two: the one a save supersedes is deleted only after it is complete, and the one
 # before it is there for a newest checkpoint damaged later (a truncated or garbled file).
@@ -101,41 +100,6 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0].split(" [Op:")[0] if text else error.__class__.__name__
 
 
-def check_resumable(output_dir: str, config) -> list[str]:
-    """The checkpoints ``--resume`` may continue from, newest first; a one-line
-    :class:`NotResumable` when there is none or when ``config`` differs from the run's
-    ``DIR/config.yaml`` in a key that changes results."""
-    candidates = saved_checkpoints(output_dir)
-    saved_path = os.path.join(output_dir, CONFIG)
-    if not candidates:
-        raise NotResumable.no_checkpoint(output_dir)
-    if not os.path.isfile(saved_path):
-        raise NotResumable(f"{saved_path} is missing, so the run's config cannot be checked",
-                           "start a new run in another --output")
-    try:
-        saved = config_lib.load_saved_config(saved_path).to_dict()
-    except UserError as error:
-        raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
-                           "start a new run in another --output") from None
-    shown = config_lib.describe_differences(saved, config.to_dict(), RESULT_NEUTRAL_KEYS)
-    if shown:
-        raise NotResumable(f"the config differs from the run's {saved_path}: {shown}",
-                           "resume with the run's config or start a new run in another --output")
-    return candidates
-
-
-def can_resume(output_dir: str, config) -> bool:
-    """True when ``output_dir`` holds checkpoints of an unfinished run of ``config`` (one stopped
-    by a signal): a tuner runs its trial again with ``resume=True`` (else it overwrites it)."""
-    if os.path.exists(os.path.join(output_dir, RESULTS)) or not saved_checkpoints(output_dir):
-        return False
-    try:
-        check_resumable(output_dir, config)
-    except UserError:
-        return False
-    return True
-
-
 class RunCheckpoints:
     """The model, its optimizer and a :class:`Progress`, saved under ``DIR/checkpoints``.
 
@@ -147,7 +111,7 @@ class RunCheckpoints:
     def __init__(self, model, num_tasks: int, output_dir: str):
         self.model = model
         self.folder = checkpoint_dir(output_dir)
-        variants = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+        variants = model.evaluation_variants()
         self.progress = Progress(num_tasks, len(variants))
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, progress=self.progress)
         self._manager = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import os
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
@@ -38,7 +37,6 @@ from gcl_tf.config_dicts import (  # noqa: F401 (re-exported: gcl_tf.config is w
 )
 from gcl_tf.data.config import BenchmarkConfig, settle_color_mode
 from gcl_tf.errors import ConfigError
-from gcl_tf.methods import declared
 from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, did_you_mean, value_range
 
 # Sources read from benchmark.path (the others: scikit-learn's digits, TFDS).
@@ -125,7 +123,7 @@ class Config:
     # Seeds NumPy, TensorFlow and Keras, which take 0 .. 2**32 - 1.
     seed: int = field(default=0, metadata=value_range(0, 2**32 - 1))
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
-    method: MethodConfig = field(default_factory=MethodConfig)
+    method: MethodConfig = field(default_factory=lambda: MethodConfig(name=methods.DEFAULT))
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -143,10 +141,11 @@ class Config:
 def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config.
 
-    The method's own keys are checked last: their dataclass lives in the method's module, whose
-    import imports TensorFlow. ``method_keys=False`` stops before that (``config.method`` is then
-    a bare :class:`MethodConfig` naming the method): everything else is checked in well under a
-    second, so a command line reports those mistakes before TensorFlow loads."""
+    The method's own keys are checked last, against its ``Config``. ``method_keys=False`` reads
+    that class from the method's source without importing the module, which imports TensorFlow
+    (gcl_tf/methods/keys.py; ``config.method`` is then an instance of that reading): the whole
+    config is checked in well under a second, so a command line reports its mistakes before
+    TensorFlow loads."""
     raw = apply_overrides(raw, overrides)
     presets = _presets(raw.pop("presets", None) or {})
     name = _method_name(raw.get("method") or {})
@@ -162,15 +161,14 @@ def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     config.method = MethodConfig(name=name)
     _check_consistency(config)
     config.benchmark.color_mode = settle_color_mode(config.benchmark)  # null: the folder's images' own
-    if not method_keys:
-        _check_method_key_names(name, method_section, "method")
-        for preset_name, preset in presets.items():
-            _check_method_key_names(preset_name, preset.get("method"), f"presets.{preset_name}.method")
-        return config
+    config_class = methods.config_class if method_keys else methods.read_config
     for preset_name, preset in presets.items():
-        _check_preset(preset_name, preset, methods.config_class(preset_name))
+        _check_preset(preset_name, preset, config_class(preset_name))
     # the selected name, whatever the default of the method's Config says
-    config.method = build_dataclass(methods.config_class(name), {**method_section, "name": name}, "method")
+    config.method = build_dataclass(config_class(name), {**method_section, "name": name}, "method")
+    if not method_keys:
+        config.method.check(config)  # the method's own rules, before TensorFlow loads
+        return config
     _check_method(config)
     return config
 
@@ -187,27 +185,10 @@ def stated_method_keys(raw: dict, overrides=()) -> dict:
     return {key: value for key, value in (raw.get("method") or {}).items() if key != "name"}
 
 
-def _check_method_key_names(name: str, section, where: str) -> None:
-    """Unknown keys of a method's section, from the keys its module declares (read from source,
-    before TensorFlow loads: gcl_tf/methods/declared.py); their values are checked on import."""
-    keys = _declared_keys(methods.REGISTRY[name][0])
-    if keys is None or not isinstance(section, dict):
-        return
-    for key in section:
-        if key not in keys:
-            raise ConfigError(f"unknown key '{where}.{key}'; {did_you_mean(key, keys, where)}"
-                              f"allowed: {', '.join(keys)}")
-
-
-@functools.lru_cache(maxsize=None)
-def _declared_keys(module: str):
-    return declared.config_keys(module)
-
-
 def _method_name(method_raw) -> str:
     if not isinstance(method_raw, dict):
         raise ConfigError(f"method: expected a mapping of keys, got {describe_value(method_raw)}")
-    name = method_raw.get("name", MethodConfig.name)
+    name = method_raw.get("name", methods.DEFAULT)
     if not isinstance(name, str) or name not in methods.names():
         raise ConfigError(f"method.name: {describe_value(name)} is not allowed; {_allowed_methods(name)}")
     return name
@@ -269,9 +250,7 @@ def _check_method(config: Config) -> None:
 
     precision.check(config.method.name, config.train.mixed_precision,
                     loss_scaling=methods.method_class(config.method.name).supports_loss_scaling)
-    check_method = getattr(config.method, "check", None)
-    if check_method is not None:  # a method's own cross-key rules
-        check_method(config)
+    config.method.check(config)  # a method's own cross-key rules
 
 
 def missing_data_path(benchmark) -> str | None:
@@ -291,8 +270,7 @@ def with_former_defaults(saved: dict) -> dict:
     saved = copy.deepcopy(saved)
     method = saved.get("method")
     if isinstance(method, dict) and method.get("name") in methods.REGISTRY:
-        former = getattr(methods.config_class(method["name"]), "former_defaults", {})
-        for key, value in former.items():
+        for key, value in methods.read_config(method["name"]).former_defaults.items():
             method.setdefault(key, value)
     return saved
 
@@ -326,9 +304,10 @@ def read_config(path: str, method_keys: bool = True) -> dict:
     return with_former_defaults(raw) if method_keys and saved_by_gcl_tf(path) else raw
 
 
-def load_saved_config(path: str) -> Config:
-    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`)."""
-    return resolve(with_former_defaults(load_yaml(path)))
+def load_saved_config(path: str, method_keys: bool = True) -> Config:
+    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`;
+    ``method_keys``: see :func:`resolve`)."""
+    return resolve(with_former_defaults(load_yaml(path)), method_keys=method_keys)
 
 
 def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:
@@ -340,8 +319,8 @@ def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = Tr
 def precheck(path: str, overrides=()) -> Config:
     """What a command line checks before TensorFlow loads (well under a second): the file, its
     YAML, every key of the run's sections and the ``--set`` overrides (names, types, ranges, the
-    rules between them, the method's name), and the data's path. Returns the config without the
-    method's own keys (:func:`resolve`'s ``method_keys=False``); :func:`load_config` checks those."""
+    rules between them, the method and its keys), and the data's path (:func:`resolve`'s
+    ``method_keys=False``); :func:`load_config` builds the config again once TensorFlow is loaded."""
     from gcl_tf.errors import DataError
 
     config = load_config(path, overrides, method_keys=False)

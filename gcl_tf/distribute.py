@@ -39,6 +39,16 @@ def make_strategy(train_config):
     return _STRATEGIES[key]
 
 
+def is_chief(strategy) -> bool:
+    """Whether this process is the chief of its cluster (one process: yes); only the chief writes."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    return task_type == "chief" or (task_type == "worker" and task_id == 0 and
+                                     "chief" not in resolver.cluster_spec().as_dict())
+
+
 def check_batch(strategy, batch_size: int, what: str) -> None:
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:

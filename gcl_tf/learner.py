@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from gcl_tf import config_dicts
 from gcl_tf.errors import UserError
 from gcl_tf.faults import disk_error
 from gcl_tf.run_layout import CONFIG, LEARNER, MODEL_INFO
@@ -56,12 +57,11 @@ def write_learner(model, output_dir: str) -> str:
 def learner_keys(config, info: dict) -> dict:
     """``{key: value}``: what the learner a run of ``config`` builds is (see the module
     docstring); ``info``: the run's data description (``num_classes``, ``input_shape``)."""
-    from gcl_tf import config as config_lib
     from gcl_tf import methods
 
     data = config.to_dict()
     run = methods.run_arguments(config, info["input_shape"], info["num_classes"])
-    return {**config_lib.flat_keys({"method": data["method"], "model": data["model"]}),
+    return {**config_dicts.flat_keys({"method": data["method"], "model": data["model"]}),
             "train.optimizer": config.train.optimizer, "train.mixed_precision": config.train.mixed_precision,
             "the data's classes": int(info["num_classes"]),
             "the data's image shape": [int(d) for d in info["input_shape"]],
@@ -98,7 +98,7 @@ def check_init_from(config, benchmark, output_dir: str) -> dict:
     except (UserError, OSError, ValueError) as error:
         raise UserError(f"init_from: cannot read the run's config.yaml and model.json in {run_dir} ({error})") from None
     new_info = {"num_classes": benchmark.num_classes, "input_shape": benchmark.input_shape}
-    shown = config_lib.describe_differences(learner_keys(saved, info), learner_keys(config, new_info))
+    shown = config_dicts.describe_differences(learner_keys(saved, info), learner_keys(config, new_info))
     if shown:
         raise UserError(f"init_from: the config changes what the learner of {run_dir} is: {shown}; allowed: "
                         "the learner's method, model, optimizer, classes and image shape (the data, seed, "
@@ -106,22 +106,22 @@ def check_init_from(config, benchmark, output_dir: str) -> dict:
     return {"run": os.path.abspath(run_dir), "learner": os.path.abspath(path)}
 
 
-def start_from_learner(model, learner: str, config, num_tasks: int) -> int:
-    """Load the saved ``learner`` into ``model`` (built and compiled from ``config``), set the
-    config's learning rate, and return the tasks the learner had begun (this run's task offset).
+def start_from_learner(model, learner: str, learning_rate: float, num_tasks: int) -> int:
+    """Load the saved ``learner`` into ``model`` (built and compiled from the run's config), set
+    the run's ``learning_rate``, and return the tasks the learner had begun (this run's task offset).
     A one-line UserError when it does not load or when the method has no room for this run's
     ``num_tasks`` more tasks."""
     try:
         model.load_weights(learner)
     except Exception as error:  # noqa: BLE001 - a damaged or foreign file fails in many ways
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"init_from: cannot load {learner} into the {config.method.name} built from the config "
+        raise UserError(f"init_from: cannot load {learner} into the {model.name} built from the config "
                         f"({reason}); allowed: a learner.keras written by gcl_tf for the same method") from None
-    model.optimizer.learning_rate = config.train.learning_rate
+    model.optimizer.learning_rate = learning_rate
     offset = int(model.next_task.numpy())
     capacity = model.constructor_arguments.get("num_tasks")  # task-aware methods: tasks their state has room for
     if capacity is not None and offset + num_tasks > capacity:
-        raise UserError(f"init_from: the {config.method.name} learner has room for {capacity} tasks "
+        raise UserError(f"init_from: the {model.name} learner has room for {capacity} tasks "
                         f"(benchmark.num_tasks of its run) and has begun {offset}; this run's {num_tasks} more do not "
                         f"fit; allowed: at most {max(capacity - offset, 0)} tasks (benchmark.tasks)")
     return offset

@@ -16,14 +16,8 @@ TensorFlow made unimportable.
 """
 from __future__ import annotations
 
-from gcl_tf.data.protocols import task_steps_per_epoch, validation_count
-from gcl_tf.errors import ConfigError
+from gcl_tf.data.counts import task_steps_per_epoch, validation_count
 from gcl_tf.faults import check_free, check_writable
-
-# Methods whose step is plain SGD steps: their module's ``Config.check`` refuses any other
-# optimizer once imported; the same rule, said before the import (tests/test_early_errors.py
-# checks that the two agree for every method).
-PLAIN_SGD_METHODS = ("mer",)
 
 
 def output_folder(folder: str, option: str = "--output") -> None:
@@ -31,13 +25,6 @@ def output_folder(folder: str, option: str = "--output") -> None:
     (:func:`gcl_tf.faults.check_free`): one line otherwise, nothing written."""
     check_writable(folder, option)
     check_free(folder, option)
-
-
-def plain_sgd(config) -> None:
-    name = config.method.name
-    if name in PLAIN_SGD_METHODS and config.train.optimizer != "sgd":
-        raise ConfigError(f"train.optimizer: {name} uses plain SGD steps (MER Algorithm 1), got "
-                          f"{config.train.optimizer!r}; allowed: sgd")
 
 
 def task_train_size(benchmark) -> int | None:
@@ -51,8 +38,8 @@ def task_train_size(benchmark) -> int | None:
 
 
 def run_settings(config) -> None:
-    """:func:`plain_sgd`, and a training batch larger than a task of the size the config gives."""
-    plain_sgd(config)
+    """A training batch larger than a task of the size the config gives (the method's own rules,
+    MER's plain SGD among them, are its Config's: gcl_tf.config.precheck checks them)."""
     size = task_train_size(config.benchmark)
     if size is not None:
         first = config.benchmark.tasks[0] if config.benchmark.tasks else 0
@@ -69,5 +56,5 @@ def early_benchmark(config):
         return None
     benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
     for task in benchmark.tasks:
-        task_steps_per_epoch(len(task.train), config.train.batch_size, task.index)
+        task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
     return benchmark

@@ -1,71 +1,18 @@
 """Memory a run needs, checked before its model is built.
 
-:func:`largest_buffers` estimates a run's largest buffers from its config (a pure function):
-the episodic memory's images (stored as float32, as every method keeps them) and the other
-fields it keeps of each sample (DER++'s logits), as the method's class declares them
-(``memory_slots``, ``memory_fields``: gcl_tf/methods/base.py), GCL's learned
-context graph ([M, M] edge logits, or [M, H] edge embeddings), the graphs of a GCL training
-step ([k + B, k] for k contexts: the kernel, the edge logits and the sampled graph, all kept for
-the gradient) and the test-time graph noise ([S, N, M]: drawn for each evaluation batch, kept
-when it fits gcl.TEST_NOISE_CACHE_BYTES). It is a lower bound: weights, activations and
-TensorFlow's own buffers come on top. :func:`check_memory` refuses a run whose buffers exceed
-the memory of the device they live on: the GPU's (the smallest, with several) when one is
-used, else the host's available RAM.
+A method's class estimates a run's largest buffers from its config (``memory_estimate``,
+gcl_tf/methods/hooks.py: the episodic memory's images, its per-sample fields, the method's other
+buffers); it is a lower bound: weights, activations and TensorFlow's own buffers come on top.
+:func:`check_memory` refuses a run whose buffers exceed the memory of the device they live on:
+the GPU's (the smallest, with several) when one is used, else the host's available RAM.
 """
 from __future__ import annotations
 
-import math
 import os
 
 from gcl_tf.errors import OutOfMemory
 
-FLOAT32 = 4
 GIB = 2**30
-STEP_GRAPH_TENSORS = 3  # kernel, edge logits, sampled graph: [k + B, k] each, all alive for the gradient
-
-
-def largest_buffers(config, input_shape, num_classes: int | None = None) -> list[tuple[str, int]]:
-    """``(what, bytes)`` of the run's largest buffers on one device, largest first (the memory's
-    extra fields counted when ``num_classes``, which they may depend on, is given)."""
-    from gcl_tf import methods
-
-    method = config.method
-    cls = methods.method_class(method.name)
-    slots = cls.memory_slots(config)
-    if not slots:  # finetune, ewc: no episodic memory
-        return []
-    image = math.prod(int(d) for d in input_shape) * FLOAT32
-    buffers = [(f"the memory's {slots} images", slots * image)]
-    fields = cls.memory_fields(int(num_classes)) if num_classes is not None else {}
-    for name, (shape, dtype) in fields.items():
-        per_sample = math.prod(int(d) for d in shape) * _itemsize(dtype)
-        buffers.append((f"the memory's {slots} {name} [{', '.join(str(int(d)) for d in shape)}]", slots * per_sample))
-    if method.name == "gcl":
-        buffers += _gcl_buffers(config, int(method.memory_size))
-    return sorted(buffers, key=lambda item: -item[1])
-
-
-def _itemsize(dtype) -> int:
-    """Bytes of one element of ``dtype`` (a name such as "float32", a NumPy or TensorFlow dtype)."""
-    import numpy as np
-
-    return int(np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize)
-
-
-def _gcl_buffers(config, memory: int) -> list[tuple[str, int]]:
-    method, hidden = config.method, int(config.model.hidden_size)
-    if method.edge_memory == "matrix":
-        graph = (f"the [{memory}, {memory}] edge matrix", memory * memory * FLOAT32)
-    else:
-        graph = (f"the [{memory}, {hidden}] edge embeddings", memory * hidden * FLOAT32)
-    k = method.context_batch or memory
-    rows = k + int(config.train.batch_size)
-    step = (f"a training step's graphs ({STEP_GRAPH_TENSORS} x [{rows}, {k}])", STEP_GRAPH_TENSORS * rows * k * FLOAT32)
-    buffers = [graph, step]
-    if method.stochastic_graphs:
-        shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
-        buffers.append((f"the test graphs' noise [{', '.join(map(str, shape))}]", math.prod(shape) * FLOAT32))
-    return buffers
 
 
 # ----------------------------------------------------------------------------- what is there
@@ -128,23 +75,10 @@ def _size(size: int) -> str:
     return f"{size / GIB:.1f} GiB" if size >= GIB / 10 else f"{size / 2**20:.1f} MiB"
 
 
-def advice(config) -> str:
-    method = config.method
-    if method.name == "gcl" and method.edge_memory == "matrix":
-        return ("set method.edge_memory: embeddings with method.context_batch (e.g. 1000), which make the graph "
-                "linear in the memory, or lower method.memory_size")
-    if method.name == "gcl" and method.context_batch is None:
-        return "set method.context_batch (e.g. 1000) or lower method.memory_size"
-    if method.name == "gcl":
-        return "lower method.context_batch, eval.batch_size or method.memory_size"
-    return "lower method.memory_size"
-
-
-def check_memory(config, input_shape, available: int | None = None, where: str = "",
-                 num_classes: int | None = None) -> None:
-    """A one-line OutOfMemory when the run's largest buffers exceed ``available`` bytes (default:
+def check_memory(buffers, subject: str, advice: str, available: int | None = None, where: str = "") -> None:
+    """A one-line OutOfMemory, ``"{subject} needs at least ... ; {advice}"``, when the run's
+    largest ``buffers`` (``[(what, bytes)]``) exceed ``available`` bytes (default:
     :func:`device_memory`)."""
-    buffers = largest_buffers(config, input_shape, num_classes)
     needed = sum(size for _, size in buffers)
     if not buffers or needed < 2**20:  # nothing worth asking the device about
         return
@@ -155,7 +89,5 @@ def check_memory(config, input_shape, available: int | None = None, where: str =
     if needed <= available:
         return
     parts = ", ".join(f"{what} {_size(size)}" for what, size in buffers)
-    raise OutOfMemory(
-        f"method.memory_size: {config.method.memory_size} needs at least {_size(needed)} ({parts}) but "
-        f"{_size(available)} of {where or 'memory'} is there; {advice(config)}"
-    )
+    raise OutOfMemory(f"{subject} needs at least {_size(needed)} ({parts}) but {_size(available)} of "
+                      f"{where or 'memory'} is there; {advice}")

@@ -3,7 +3,7 @@
 Randomness is keyed on the run's seed, a counter and a salt naming the stream's purpose, so that
 streams of different purposes are independent and a restored run draws exactly what the
 uninterrupted one would. The data's streams are numpy generators keyed on ``[seed, task, salt]``
-(:func:`gcl_tf.data.protocols.task_rng`); the compiled step's are stateless TensorFlow seeds
+(:func:`gcl_tf.data.rng.task_rng`); the compiled step's are stateless TensorFlow seeds
 ``step_seed(seed, counter, salt)`` (:mod:`gcl_tf.memory.state`). A new stream takes a new value
 here: a value changed or reused changes every run that draws from it. Pure constants: importing
 this module imports nothing.

@@ -79,20 +79,19 @@ class LearnerSaving:
     """Mixin of :class:`gcl_tf.methods.base.ContinualModel`: the Keras saving protocol for a
     method (constructor keywords as its config, the method state with its weights)."""
 
+    #: Keys whose default changed, with their former default (the method's ``Config``'s): a
+    #: learner saved before lacks them and ran with that value (set by gcl_tf/methods/keys.py).
+    former_defaults: dict = {}
+
     def __new__(cls, *args, **kwargs):
         instance = super().__new__(cls, *args, **kwargs)
-        signature = inspect.signature(cls.__init__)
-        try:
-            bound = signature.bind(None, *args, **kwargs)
+        try:  # the signature lists every keyword (gcl_tf/methods/keys.py)
+            bound = inspect.signature(cls).bind(*args, **kwargs)
         except TypeError:  # the constructor says what is wrong
             arguments = dict(kwargs)
         else:
             bound.apply_defaults()
             arguments = dict(bound.arguments)
-            arguments.pop(next(iter(signature.parameters)))  # self
-            for name, param in signature.parameters.items():
-                if param.kind == inspect.Parameter.VAR_KEYWORD:
-                    arguments.update(arguments.pop(name, {}))
         # A read-only mapping: Keras walks dicts of layers when it saves, not this.
         vars(instance)["_constructor_arguments"] = types.MappingProxyType(arguments)
         vars(instance)["_built_under_policy"] = keras.config.dtype_policy().name
@@ -125,7 +124,7 @@ class LearnerSaving:
         config = dict(config)
         # A learner saved before a key's default changed lacks the key: it ran with the former
         # default (a method class's ``former_defaults``, its Config's).
-        for key, value in getattr(cls, "former_defaults", {}).items():
+        for key, value in cls.former_defaults.items():
             config.setdefault(key, value)
         policy = config.pop("dtype_policy", "float32")
         if isinstance(config.get("backbone"), dict):

@@ -18,7 +18,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from gcl_tf.errors import ConfigError
 
@@ -31,9 +31,23 @@ def value_range(lo=None, hi=None, lo_open=False, hi_open=False):
 
 @dataclass
 class MethodConfig:
-    """Base of every method's config; each method file subclasses it with its own keys."""
+    """Base of every method's config; each method file subclasses it with its own keys
+    (gcl_tf/methods/keys.py), and may override the two rule hooks."""
 
-    name: str = "gcl"
+    # The method's registry key (each method's Config defaults to its own).
+    name: str = ""
+    # Keys whose default changed, with the value they had before: a config or learner saved
+    # before the change, which lacks the key, ran with that value, and reads back so.
+    former_defaults: ClassVar[dict] = {}
+
+    def check_settings(self, section: str = "method") -> None:
+        """The rules between the method's own keys (``section``: how errors name them): a
+        ConfigError naming the key. Default: none."""
+
+    def check(self, config) -> None:
+        """The rules between the method's keys and the rest of a run's ``config`` (its other
+        sections). Default: :meth:`check_settings` only."""
+        self.check_settings()
 
 
 @dataclass

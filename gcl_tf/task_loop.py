@@ -60,7 +60,7 @@ class Start:
 
 def saved_evaluations(progress, model) -> dict:
     """What a checkpoint's progress holds of the evaluations: TaskEndEvaluation's keywords."""
-    variants = model.evaluation_variants() if hasattr(model, "evaluation_variants") else {}
+    variants = model.evaluation_variants()
     return dict(matrix=progress.accuracy.numpy(), eval_seconds=float(progress.eval_seconds.numpy()),
                 eval_samples=int(progress.eval_samples.numpy()),
                 variant_matrices={name: progress.variant_accuracy[k].numpy() for k, name in enumerate(variants)})
@@ -87,13 +87,12 @@ class TrainingClock:
         self.task_seconds = self.so_far()
 
 
-def task_stream(config, task, done: int, strategy=None):
-    """A task's training stream: the whole stream (the task-end hooks read it: EWC's Fisher,
+def task_stream(train, seed: int, augment: str, task, done: int, strategy=None):
+    """A task's training stream (the ``train`` section's batches and epochs, the run's ``seed``,
+    the stream's ``augment``): the whole stream (the task-end hooks read it: EWC's Fisher,
     iCaRL's exemplars), ``fit``'s keyword arguments (a resumed task trains on the rest of it, as
     one pass) and the task's steps."""
-    train = config.train
-    dataset, steps = train_dataset(task.train, train.batch_size, train.epochs, config.seed, task.index,
-                                   augment=config.benchmark.augment)
+    dataset, steps = train_dataset(task.train_data, train.batch_size, train.epochs, seed, task.index, augment=augment)
     total = steps * train.epochs
     if done:
         fit_args = dict(x=dataset.skip(done), epochs=1, steps_per_epoch=total - done)
@@ -124,7 +123,7 @@ class TaskLoop:
         self.step_logger = StepLogger(self.writer, config.train.log_every)
         self.periodic = PeriodicCheckpoint(config.train.checkpoint_every, self.save_mid_task, checkpoints.check_finite,
                                            stop=self.stop_if_asked)
-        steps = [task_steps_per_epoch(len(t.train), config.train.batch_size, t.index) * config.train.epochs
+        steps = [task_steps_per_epoch(len(t.train_data), config.train.batch_size, t.index) * config.train.epochs
                  for t in benchmark.tasks]
         self.progress_line = ProgressLine(progress_seconds, run_steps=sum(steps), num_tasks=self.num_tasks,
                                           done_before=sum(steps[: self.start.task]) + self.start.batch
@@ -153,9 +152,11 @@ class TaskLoop:
         done = self.start.batch if i == self.start.task else 0
         if self.verbose:
             resumed = f", resumed at batch {done}" if done else ""
-            print(f"Task {i + 1}/{self.num_tasks} ({task.description}): {len(task.train)} training samples{resumed}",
-                  flush=True)
-        dataset, fit_args, total = task_stream(self.config, task, done, self.strategy)
+            print(f"Task {i + 1}/{self.num_tasks} ({task.description}): {len(task.train_data)} training samples"
+                  f"{resumed}", flush=True)
+        config = self.config
+        dataset, fit_args, total = task_stream(config.train, config.seed, config.benchmark.augment, task, done,
+                                               self.strategy)
         first_step = int(self.model.step_counter.numpy()) - done
         self.evaluator.begin_task(i)
         self.checkpoints.begin_task(i, first_step)

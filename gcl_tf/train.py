@@ -8,16 +8,14 @@ Writes ``DIR/results.json`` (never overwritten without ``--overwrite``), ``DIR/c
 ``DIR/tensorboard`` and checkpoints under ``DIR/checkpoints`` (every ``train.checkpoint_every``
 steps and at every task end); ``--resume`` continues a killed run from its last checkpoint, and
 a folder holding an unfinished run is refused without ``--resume`` or ``--overwrite``;
-``--init-from RUN_DIR`` starts from a finished run's learner (gcl_tf/learner.py). The file names
-are gcl_tf/run_layout.py's.
-One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
+``--init-from RUN_DIR`` starts from a finished run's learner (gcl_tf/learner.py); the file names
+are gcl_tf/run_layout.py's. One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
 checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 
 Reading order: :func:`main` checks the config, the folder, the paths and the data of a source read
-without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads;
-:func:`train_model` checks the data and the devices, holds the folder and restores (or builds) the
-model (:func:`restore`); :class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and
-writes the learner and the results.
+without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads; :func:`train_model` checks the
+data and the devices, holds the folder and restores (or builds) the model (:func:`restore`);
+:class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and writes the learner and results.
 """
 from __future__ import annotations
 
@@ -37,13 +35,13 @@ import warnings
 from typing import NamedTuple, Optional
 
 from gcl_tf import config as config_lib
-from gcl_tf import prechecks, run_layout
+from gcl_tf import config_dicts, prechecks, run_layout
 from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import StopSignals, check_free, check_writable, exclusive
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.learner import check_init_folder
 from gcl_tf.quiet import import_tensorflow
-from gcl_tf.run_layout import ARTIFACTS, CONFIG, LEARNER, MODEL_INFO, RESULTS
+from gcl_tf.run_layout import ARTIFACTS, CONFIG, LEARNER, MODEL_INFO, RESULT_NEUTRAL_KEYS, RESULTS
 
 PROGRESS_SECONDS = 60.0  # a progress line about once a minute in a log file (train.run's progress_seconds)
 
@@ -67,6 +65,31 @@ def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None
         check_free(output_dir)  # a run still going: that is what to say
         raise UserError(f"{output_dir} holds {left}; pass --resume to continue it, or --overwrite to start "
                         "again and delete it, or choose another --output")
+
+
+def check_resumable(output_dir: str, config) -> list[str]:
+    """The checkpoints ``--resume`` may continue from, newest first; a one-line
+    :class:`NotResumable` when there is none or when ``config`` differs from the run's
+    ``DIR/config.yaml`` in a key that changes results."""
+    from gcl_tf.checkpoint import saved_checkpoints
+
+    candidates = saved_checkpoints(output_dir)
+    saved_path = os.path.join(output_dir, CONFIG)
+    if not candidates:
+        raise NotResumable.no_checkpoint(output_dir)
+    if not os.path.isfile(saved_path):
+        raise NotResumable(f"{saved_path} is missing, so the run's config cannot be checked",
+                           "start a new run in another --output")
+    try:
+        saved = config_lib.load_saved_config(saved_path, method_keys=False).to_dict()
+    except UserError as error:
+        raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
+                           "start a new run in another --output") from None
+    shown = config_dicts.describe_differences(saved, config.to_dict(), RESULT_NEUTRAL_KEYS)
+    if shown:
+        raise NotResumable(f"the config differs from the run's {saved_path}: {shown}",
+                           "resume with the run's config or start a new run in another --output")
+    return candidates
 
 
 def check_init_from_folder(config, output_dir: Optional[str] = None) -> None:
@@ -108,15 +131,6 @@ def make_strategy(config, cls):
     return strategy
 
 
-def is_chief(strategy) -> bool:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
-        return True
-    task_type, task_id = resolver.task_type, resolver.task_id
-    return task_type == "chief" or (task_type == "worker" and task_id == 0 and
-                                     "chief" not in resolver.cluster_spec().as_dict())
-
-
 # ----------------------------------------------------------------------------- restore
 def build_training_state(config, benchmark, output_dir: str, resume_from=None, init_from=None):
     """The compiled model and its checkpoints, restored from the newest of ``resume_from`` (the
@@ -136,7 +150,7 @@ def build_training_state(config, benchmark, output_dir: str, resume_from=None, i
     elif init_from is not None:
         from gcl_tf.learner import start_from_learner
 
-        offset = start_from_learner(model, init_from["learner"], config, benchmark.num_tasks)
+        offset = start_from_learner(model, init_from["learner"], config.train.learning_rate, benchmark.num_tasks)
         checkpoints.progress.task_offset.assign(offset)
         checkpoints.progress.first_step.assign(int(model.step_counter.numpy()))
     return model, checkpoints
@@ -184,6 +198,46 @@ class TrainedModel(NamedTuple):
     model: object
 
 
+class RunPlan(NamedTuple):
+    """What a run does, decided once (:func:`plan_run`) before anything loads: its config (naming
+    its folder), the folder, whether it replaces or resumes what is there, and its output modes."""
+
+    config: object
+    output_dir: str
+    overwrite: bool
+    resume: bool
+    verbose: int
+    progress_seconds: float
+
+    def check_folder(self):
+        """The folder as the plan needs it (:func:`check_output`) and, resuming, the checkpoints to
+        resume from, newest first (:func:`check_resumable`; else None). Once when
+        the plan is made, for a quick answer, and once more under the folder's lock, now that no
+        other run can change it."""
+        check_output(self.output_dir, self.overwrite, self.resume)
+        if not self.resume:
+            return None
+        import_tensorflow()  # (quietly) the checkpoints' index is read with it
+        return check_resumable(self.output_dir, self.config)
+
+    def for_worker(self, scratch: str) -> "RunPlan":
+        """A non-chief worker's plan: it takes part in every step but writes into ``scratch``."""
+        config = dataclasses.replace(self.config, output_dir=scratch)
+        return RunPlan(config, scratch, overwrite=True, resume=False, verbose=0, progress_seconds=0)
+
+
+def plan_run(config, output_dir=None, overwrite: bool = False, resume: bool = False, verbose=None,
+             progress_seconds=None) -> RunPlan:
+    """The :class:`RunPlan` of a run of ``config`` into ``output_dir`` (default: the config's), its
+    folder checked (:meth:`RunPlan.check_folder`; no write, no TensorFlow)."""
+    output_dir = output_dir or config.output_dir
+    config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
+    verbose, progress_seconds = output_modes(config, verbose, progress_seconds)
+    plan = RunPlan(config, output_dir, overwrite, resume, verbose, progress_seconds)
+    plan.check_folder()
+    return plan
+
+
 def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
         progress_seconds=None) -> dict:
     """Train and evaluate one configuration; returns (and writes) the results dictionary
@@ -229,52 +283,61 @@ def output_modes(config, verbose, progress_seconds) -> tuple:
 
 
 def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
-                progress_seconds=None, _strategy=None) -> TrainedModel:
+                progress_seconds=None) -> TrainedModel:
     """:func:`run`, returning the trained model with the results."""
+    return execute(plan_run(config, output_dir, overwrite, resume, verbose, progress_seconds), benchmark)
+
+
+def execute(plan: RunPlan, benchmark=None) -> TrainedModel:
+    """Carry out a :class:`RunPlan`: load the data (unless ``benchmark`` is given), check it, the
+    devices and the memory, then hold the folder and train (:func:`train_held`). A non-chief
+    worker of a multi-worker run trains the same steps into a scratch folder."""
     import keras
     import tensorflow as tf
 
-    from gcl_tf.checkpoint import check_resumable
+    from gcl_tf import distribute
     from gcl_tf.data import ContinualBenchmark
     from gcl_tf.data.streams import task_steps_per_epoch
     from gcl_tf.resources import check_memory
 
-    output_dir = output_dir or config.output_dir
-    config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
-    verbose, progress_seconds = output_modes(config, verbose, progress_seconds)
-    check_output(output_dir, overwrite, resume)
-    if resume:
-        check_resumable(output_dir, config)
-    if config.train.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(config.seed)
-    if benchmark is None:
-        benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
-    for task in benchmark.tasks:  # every task has a batch, before anything is written
-        task_steps_per_epoch(len(task.train), config.train.batch_size, task.index)
-    if resume and config.train.distribute == "multi_worker":
-        raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
-    strategy = _strategy if _strategy is not None else make_strategy(config, model_class(config))
-    if _strategy is None and strategy is not None and not is_chief(strategy):
-        # A non-chief worker takes part in every step but writes into a scratch folder.
-        with tempfile.TemporaryDirectory(prefix="gcl_tf-worker-") as scratch:
-            return train_model(config, output_dir=scratch, overwrite=True, verbose=0, benchmark=benchmark,
-                               progress_seconds=0, _strategy=strategy)
-    init_from = None
-    if config.init_from is not None and not resume:  # a resumed run restores its own checkpoint
-        from gcl_tf.learner import check_init_from
+    config = plan.config
+    with contextlib.ExitStack() as scratch:
+        if config.train.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(config.seed)
+        if benchmark is None:
+            benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
+        for task in benchmark.tasks:  # every task has a batch, before anything is written
+            task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
+        if plan.resume and config.train.distribute == "multi_worker":
+            raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
+        strategy = make_strategy(config, model_class(config))
+        if strategy is not None and not distribute.is_chief(strategy):
+            plan = plan.for_worker(scratch.enter_context(tempfile.TemporaryDirectory(prefix="gcl_tf-worker-")))
+        init_from = None
+        if config.init_from is not None and not plan.resume:  # a resumed run restores its own checkpoint
+            from gcl_tf.learner import check_init_from
 
-        init_from = check_init_from(config, benchmark, output_dir)
-    check_memory(config, benchmark.input_shape, num_classes=benchmark.num_classes)
+            init_from = check_init_from(config, benchmark, plan.output_dir)
+        cls = model_class(config)
+        buffers = cls.memory_estimate(config, benchmark.input_shape, benchmark.num_classes)
+        if buffers:
+            check_memory(buffers, f"method.memory_size: {config.method.memory_size}", cls.memory_advice(config))
+        return train_held(plan, benchmark, strategy, init_from)
+
+
+def train_held(plan: RunPlan, benchmark, strategy, init_from) -> TrainedModel:
+    """Hold the run's folder (one run at a time), check it again under the lock, restore or build
+    the model and fit the tasks (:class:`gcl_tf.task_loop.TaskLoop`)."""
+    from gcl_tf.task_loop import TaskLoop
+
+    multi_worker = plan.config.train.distribute == "multi_worker"
     # Multi-worker training stops together or not at all: there a signal ends the process.
-    with exclusive(output_dir), StopSignals(enabled=config.train.distribute != "multi_worker") as stop:
-        check_output(output_dir, overwrite, resume)  # again, now that no other run can change the folder
-        resume_from = check_resumable(output_dir, config) if resume else None
-        model, checkpoints = restore(config, benchmark, output_dir, strategy, resume_from, init_from)
-        from gcl_tf.task_loop import TaskLoop
-
-        results = TaskLoop(config, output_dir, benchmark, model, checkpoints, strategy, stop, verbose,
-                           progress_seconds, init_from).run()
+    with exclusive(plan.output_dir), StopSignals(enabled=not multi_worker) as stop:
+        resume_from = plan.check_folder()  # again, now that no other run can change the folder
+        model, checkpoints = restore(plan.config, benchmark, plan.output_dir, strategy, resume_from, init_from)
+        results = TaskLoop(plan.config, plan.output_dir, benchmark, model, checkpoints, strategy, stop, plan.verbose,
+                           plan.progress_seconds, init_from).run()
     return TrainedModel(results, model)
 
 
@@ -312,19 +375,21 @@ def main(argv=None) -> int:
     overrides = args.overrides + (["train.deterministic=true"] if args.deterministic else [])
     if args.init_from is not None:
         overrides.append(f"init_from={json.dumps(args.init_from)}")
-    # Mistakes in the config (but the method's own keys), the folder and the data when its source
-    # needs no TensorFlow: before TensorFlow loads, so they are reported in about a second.
+    # Mistakes in the config, the paths, the folder and the data when its source needs no
+    # TensorFlow: before TensorFlow loads, so they are reported in about a second (resuming, the
+    # run's checkpoints and config.yaml once it loads).
     config = config_lib.precheck(args.config, overrides)
     prechecks.output_folder(args.output or config.output_dir)  # another run's, with --overwrite or --resume too
-    check_output(args.output or config.output_dir, args.overwrite, args.resume)
+    plan = plan_run(config, args.output, args.overwrite, args.resume)
     if not args.resume:  # a resumed run restores its own checkpoint
         check_init_from_folder(config, args.output)
     prechecks.run_settings(config)
     benchmark = prechecks.early_benchmark(config)  # read once: the run trains on it
     import_tensorflow()  # quietly, before the method's module imports it
-    config = config_lib.load_config(args.config, overrides)
+    config = config_lib.load_config(args.config, overrides)  # the method's own Config, imported
     try:
-        run(config, output_dir=args.output, overwrite=args.overwrite, resume=args.resume, benchmark=benchmark)
+        with op_determinism_restored():
+            execute(plan._replace(config=dataclasses.replace(config, output_dir=plan.output_dir)), benchmark)
     except Stopped as stop:
         raise stop.with_hint(f"resume with: {resume_command(argv)}") from None
     return 0

@@ -91,4 +91,3 @@ def test_learns_permuted_digits_and_is_deterministic(tmp_path):
     assert first["acc"] > 35.0  # chance: 10%
     second = run(config, output_dir=str(tmp_path / "b"), verbose=0)
     np.testing.assert_allclose(first["accuracy_matrix"], second["accuracy_matrix"])
-    assert agem.Method.task_free is False

@@ -101,49 +101,56 @@ def test_the_api_builds_the_model_the_cli_builds(make_config):
 
 
 def test_constructor_keywords_are_the_config_keys_with_their_defaults():
-    """Every method's constructor takes each key of its Config with the same default, so the CLI
-    (methods.build) and the API build the same method; memory_size is declared once; the model's
-    name is the registry key; the public gcl_tf.<Name> is the registry's class."""
+    """Every method's constructor lists each key of its Config (declared there once) with its
+    default and type, in its signature (help(), inspect.signature); a model built without keys
+    holds the Config's defaults, and the CLI (methods.build) builds it with the config's keys;
+    memory_size is declared once; the model's name is the registry key; the public gcl_tf.<Name>
+    is the registry's class."""
+    import typing
+
     from gcl_tf.schema import MemoryMethodConfig
 
     for name in methods.names():
         module, cls = methods.module(name), methods.method_class(name)
-        parameters = inspect.signature(cls.__init__).parameters
+        parameters = inspect.signature(cls).parameters
+        assert inspect.signature(cls.__init__).parameters.keys() - {"self"} == parameters.keys()
+        hints = typing.get_type_hints(module.Config)
         for f in dataclasses.fields(module.Config):
             if f.name == "name":
                 continue
-            assert f.name in parameters, (name, f.name)
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            assert parameters[f.name].default == default, (name, f.name)
+            assert parameters[f.name].default == default and parameters[f.name].annotation == hints[f.name], name
+            assert parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
         assert ("memory_size" in module.Config.__dataclass_fields__) == issubclass(module.Config, MemoryMethodConfig)
         assert "memory_size" not in module.Config.__annotations__, name  # declared once, in MemoryMethodConfig
         assert getattr(gcl_tf, cls.__name__) is cls and cls.__name__ in gcl_tf.__all__
         model = cls(num_classes=10, input_shape=(8, 8, 1), **({"num_tasks": 2} if "num_tasks" in parameters else {}))
         assert model.name == name and methods.registry_name(cls) == name
+        assert model.settings == module.Config()
+    config = gcl_tf.config.resolve({"method": {"name": "gcl", "graph_lambda": 7.0, "memory_size": 30}})
+    model = methods.build(config, (8, 8, 1), 10)
+    assert model.settings == config.method and model.graph_lambda == 7.0 and model.capacity == 30
 
 
 def test_a_method_class_that_breaks_the_rules_is_refused_when_defined():
-    """The rules are enforced where a method is written, not only here: a constructor keyword
-    whose default is not its Config's, a key of the Config the constructor does not take, a name
-    default other than the registry key, a Config that declares memory_size again."""
+    """The scheme is enforced where a method is written: a constructor that names a key of its
+    Config (declared once, there), one that does not pass **keys on, a Config that declares
+    memory_size again. A subclass keeps its parent's Config, signature and registry key, and an
+    unknown keyword is Python's TypeError."""
     from dataclasses import dataclass
 
     from gcl_tf.methods.er import ER
     from gcl_tf.schema import MemoryMethodConfig
 
-    with pytest.raises(TypeError, match=r"its constructor must take the keyword replay_batch_size=None"):
-        class OtherDefault(ER):
-            def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=8, **common):
-                super().__init__(backbone, num_classes=num_classes, **common)
-    with pytest.raises(TypeError, match=r"its constructor must take the keyword memory_size=1000"):
-        class Missing(ER):
-            def __init__(self, backbone=None, *, num_classes, replay_batch_size=None, **common):
-                super().__init__(backbone, num_classes=num_classes, **common)
-    with pytest.raises(TypeError, match=r"the keyword name defaults to 'replay'; allowed: None or the registry key"):
-        class Named(ER):
-            def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, name="replay",
-                         **common):
-                super().__init__(backbone, num_classes=num_classes, name=name, **common)
+    with pytest.raises(TypeError, match=r"its constructor names the key replay_batch_size, declared in "
+                                        r"gcl_tf.methods.er.Config"):
+        class Again(ER):
+            def __init__(self, backbone=None, *, num_classes, replay_batch_size=None, **keys):
+                super().__init__(backbone, num_classes=num_classes, **keys)
+    with pytest.raises(TypeError, match=r"its constructor must pass \*\*keys on to ContinualModel"):
+        class Closed(ER):
+            def __init__(self, backbone=None, *, num_classes):
+                super().__init__(backbone, num_classes=num_classes)
     with pytest.raises(TypeError, match="memory_size is declared once, in MemoryMethodConfig"):
         @dataclass
         class Config(MemoryMethodConfig):
@@ -152,10 +159,48 @@ def test_a_method_class_that_breaks_the_rules_is_refused_when_defined():
     class Subclass(ER):  # keeps ER's constructor, Config and registry key
         pass
 
+    assert inspect.signature(Subclass) == inspect.signature(ER)
     model = Subclass(num_classes=10, input_shape=(8, 8, 1), memory_size=5)
-    assert model.name == "er" and model.settings.memory_size == 5
+    assert model.name == "er" and model.settings.memory_size == 5 and model.memory_size == 5
     with pytest.raises(ConfigError, match=r"^Subclass.memory_size: 0 is out of range"):
         Subclass(num_classes=10, input_shape=(8, 8, 1), memory_size=0)
+    with pytest.raises(TypeError, match=r"^ER.__init__\(\) got an unexpected keyword argument 'memory'$"):
+        ER(num_classes=10, input_shape=(8, 8, 1), memory=5)
+
+
+@pytest.mark.parametrize("name", methods.names())
+def test_fit_gives_a_method_with_per_task_state_the_classes_of_its_stream(name, monkeypatch):
+    """A method with per-task class state (multi-head masks, iCaRL's exemplar sets) must not be
+    task-free: the boundary fit adds reads each task's classes from its stream for it, and the
+    method sets that state from them; a method without such state is told no classes (its stream
+    is not read for them). A wrong ``task_free`` fails either way."""
+    import tensorflow as tf
+
+    from gcl_tf.callbacks import TaskBoundary
+
+    cls = methods.method_class(name)
+    told = []
+    original = cls.on_task_begin
+    monkeypatch.setattr(cls, "on_task_begin", lambda self, index, classes: (told.append(classes),
+                                                                            original(self, index, classes)))
+    parameters = inspect.signature(cls).parameters
+    extra = {key: value for key, value in {"num_tasks": 2, "multi_head": True}.items() if key in parameters}
+    model = cls(num_classes=10, input_shape=(8, 8, 1), **cls.test_settings, **extra)
+    images, labels = digits(0, 200)
+    keep = (labels == 2) | (labels == 3)
+    stream = tf.data.Dataset.from_tensor_slices((images[keep], labels[keep])).batch(10)
+    boundary = TaskBoundary(0, stream)
+    boundary.set_model(model)
+    boundary.on_train_begin()
+    per_task = (model.exemplars.current_classes if name == "icarl" else
+                model.task_classes.masks[0] if "multi_head" in extra else None)
+    if per_task is None:
+        # a task-free method is told no classes; one that needs the boundaries for another reason
+        # (OnPro's first task) is told the stream's, and keeps no per-task class state
+        assert told == [None] if cls.task_free else [list(c) for c in told] == [[2, 3]]
+        return
+    np.testing.assert_array_equal(told[0], [2, 3])
+    np.testing.assert_array_equal(per_task.numpy(), np.isin(np.arange(10), [2, 3]))
 
 
 def test_keywords_are_checked_and_the_input_shape_is_needed():
@@ -202,12 +247,12 @@ def test_benchmarks_give_the_cli_streams(make_config):
     assert len(stream) == 2 and stream.input_shape == (8, 8, 1) and stream.num_classes == 10
     for task, ref in zip(stream, reference.tasks):
         np.testing.assert_array_equal(task.classes, ref.classes)
-        expected, _ = train_dataset(ref.train, 8, 1, 4, ref.index)
+        expected, _ = train_dataset(ref.train_data, 8, 1, 4, ref.index)
         for (x, y), (ex, ey) in zip(task.train, expected):
             np.testing.assert_array_equal(x.numpy(), ex.numpy())
             np.testing.assert_array_equal(y.numpy(), ey.numpy())
         test_labels = np.concatenate([y.numpy() for _, y in task.test])
-        np.testing.assert_array_equal(test_labels, ref.test.labels)
+        np.testing.assert_array_equal(test_labels, ref.test_data.labels)
     with pytest.raises(ConfigError, match="benchmarks.split.num_tasks"):
         gcl_tf.benchmarks.split("digits", num_tasks=0)
 
@@ -224,10 +269,10 @@ def test_benchmarks_hold_out_the_cli_validation_split(make_config):
     reference = ContinualBenchmark(config.benchmark, 3, load_test=False)
     for task, ref in zip(stream, reference.tasks):
         images = np.concatenate([x.numpy() for x, _ in task.validation])
-        np.testing.assert_array_equal(images, ref.validation.images)
+        np.testing.assert_array_equal(images, ref.validation_data.images)
         train = sum(int(y.shape[0]) for _, y in task.train)
-        assert train == len(ref.train) // 10 * 10  # whole batches of 10
-        assert abs(len(images) / (len(ref.train) + len(images)) - 0.2) < 0.01
+        assert train == len(ref.train_data) // 10 * 10  # whole batches of 10
+        assert abs(len(images) / (len(ref.train_data) + len(images)) - 0.2) < 0.01
     with pytest.raises(ValueError, match="validation_fraction > 0"):
         gcl_tf.benchmarks.split("digits", num_tasks=1).tasks[0].validation
 

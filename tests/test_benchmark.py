@@ -527,6 +527,7 @@ def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
 
     from gcl_tf import methods
     from gcl_tf.benchmark import plots
+    from gcl_tf.benchmark import styles as style_lib
     from gcl_tf.benchmark.layout import RunResult
 
     names = list(methods.REGISTRY) + [f"new_method{i}" for i in range(extra)]
@@ -536,46 +537,47 @@ def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
     assert len(lines) == len(names)
     assert len({to_rgba(line.get_color()) for line in lines}) == len(names)
     assert len({str(line.get_marker()) for line in lines}) == len(names)
-    styles = plots.method_styles(names)
-    assert sorted(styles) == sorted(names)
-    assert len({to_rgba(colour) for colour, _ in styles.values()}) == len(names)
-    assert len({str(shape) for _, shape in styles.values()}) == len(names)
-    two = plots.accuracy_tasks_figure([run for run in runs if run.variant in ("ewc", "derpp")], "b", styles)
+    drawn = style_lib.method_styles(names)
+    assert sorted(drawn) == sorted(names)
+    assert len({to_rgba(colour) for colour, _ in drawn.values()}) == len(names)
+    assert len({str(shape) for _, shape in drawn.values()}) == len(names)
+    two = plots.accuracy_tasks_figure([run for run in runs if run.variant in ("ewc", "derpp")], "b", drawn)
     assert {to_rgba(line.get_color()) for line in two.axes[0].get_lines()} == \
-        {to_rgba(styles["ewc"][0]), to_rgba(styles["derpp"][0])}
+        {to_rgba(drawn["ewc"][0]), to_rgba(drawn["derpp"][0])}
 
 
 def test_a_method_is_drawn_alike_in_every_suite():
-    """Every registered method has a fixed colour and marker (plots.METHOD_STYLES): GCL is drawn
+    """Every registered method has a fixed colour and marker (styles.METHOD_STYLES): GCL is drawn
     the same whatever else a suite holds (few methods, the CIFAR suite's many study variants, a
     method outside the registry), in the accuracy and timing figures (and the memory one: same styles)."""
     from matplotlib.colors import to_rgba
 
     from gcl_tf import methods
     from gcl_tf.benchmark import plots
+    from gcl_tf.benchmark import styles as style_lib
     from gcl_tf.benchmark.layout import RunResult
 
-    assert set(plots.METHOD_STYLES) == set(methods.REGISTRY)
-    assert len({to_rgba(c) for c, _ in plots.METHOD_STYLES.values()}) == len(plots.METHOD_STYLES)
-    assert len({m for _, m in plots.METHOD_STYLES.values()}) == len(plots.METHOD_STYLES)
+    assert set(style_lib.METHOD_STYLES) == set(methods.REGISTRY)
+    assert len({to_rgba(c) for c, _ in style_lib.METHOD_STYLES.values()}) == len(style_lib.METHOD_STYLES)
+    assert len({m for _, m in style_lib.METHOD_STYLES.values()}) == len(style_lib.METHOD_STYLES)
     cifar = set(methods.REGISTRY) | {f"{m}-memory{k}" for m in ("er", "gcl") for k in (100, 500, 1000)} | {
         f"{m}-{t}" for m in methods.REGISTRY for t in ("convnet", "resnet18")} | {
         "gcl-no_graph_reg", "gcl-no_graph_reg-one_sample-deterministic"}
     suites = [["gcl"], ["finetune", "er", "gcl"], sorted(cifar), ["gcl", "someone_elses_method"]]
     for names in suites:
-        styles = plots.method_styles(names)
-        assert styles["gcl"] == plots.METHOD_STYLES["gcl"] == ("#d62728", "*"), names
-        assert all(styles[m] == plots.METHOD_STYLES[m] for m in names if m in methods.REGISTRY)
-        assert len({to_rgba(c) for c, _ in styles.values()}) == len(styles) == len(set(names))
+        drawn = style_lib.method_styles(names)
+        assert drawn["gcl"] == style_lib.METHOD_STYLES["gcl"] == ("#d62728", "*"), names
+        assert all(drawn[m] == style_lib.METHOD_STYLES[m] for m in names if m in methods.REGISTRY)
+        assert len({to_rgba(c) for c, _ in drawn.values()}) == len(drawn) == len(set(names))
 
     def drawn_gcl(names):
         matrix = [[90.0, 10.0], [80.0, 85.0]]
         runs = [RunResult("b", name, 0, "", {"accuracy_matrix": matrix}) for name in names]
-        styles = plots.method_styles(names)
-        line = [line for line in plots.accuracy_tasks_figure(runs, "b", styles).axes[0].get_lines()
+        drawn = style_lib.method_styles(names)
+        line = [line for line in plots.accuracy_tasks_figure(runs, "b", drawn).axes[0].get_lines()
                 if line.get_label().startswith("GCL")][0]
         timing = {("b", m): {"train_ms": (1.0, 0.1, 2), "test_ms": (1.0, 0.1, 2)} for m in names}
-        bars = plots.timing_figure(timing, "b", styles).axes[0].patches
+        bars = plots.timing_figure(timing, "b", drawn).axes[0].patches
         methods_drawn = sorted(names, key=plots.method_sort_key)
         return to_rgba(line.get_color()), line.get_marker(), bars[methods_drawn.index("gcl")].get_facecolor()
 
@@ -769,12 +771,12 @@ def test_backbone_table_compares_with_gcl_on_its_own_trunk_before_gcl_has_a_back
     """GCL is every row's reference: with backbone runs of other methods only, its row holds its
     main runs on its preset's trunk (the ConvNet), and the methods run there get its lead; on the
     ResNet-18, where GCL has not run, '-'. Finetune (no backbone run) stays out."""
-    from gcl_tf.benchmark import layout, tables
+    from gcl_tf.benchmark import layout, study_tables
 
     output = str(tmp_path / "suite")
     fake_backbone_suite(output, {("gcl", 0): 50.0, ("gcl", 1): 48.0, ("er", 0): 25.0, ("er-convnet", 0): 38.0,
                                  ("er-convnet", 1): 41.0})
-    markdown, _ = tables.backbone_table(layout.collect(output))
+    markdown, _ = study_tables.backbone_table(layout.collect(output))
     assert "| GCL | 49.00 ± 1.41 (n=2) | 51.00 ± 1.41 (n=2) | - | - |  |  | ConvNet |" in markdown
     assert ("| ER | 39.50 ± 2.12 (n=2) | 60.50 ± 2.12 (n=2) | 25.00 (n=1) | 75.00 (n=1) "
             "| +9.50 ± 2.50 (s.e., 2 seeds) | - | ResNet-18 |") in markdown

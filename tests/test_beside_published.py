@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gcl_tf.benchmark import beside_published, layout, published, tables
+from gcl_tf.benchmark import beside_published, layout, published, study_tables
 
 
 def run(benchmark, variant, seed, acc, fgt, memory, backbone="resnet18", filters=20):
@@ -25,7 +25,7 @@ def test_memory_beside_the_papers_figures_pairs_gcl_and_er_by_seed():
     runs += [run(b, "gcl", s, acc, 35.0, 250, "convnet", 64) for s, acc in enumerate((48.0, 50.0, 47.0))]
     runs += [run(b, "er-memory500", s, acc, 60.0, 500) for s, acc in ((0, 30.0), (1, 33.0))]
     runs += [run(b, "gcl-memory500", 0, 52.0, 30.0, 500, "convnet", 64)]
-    groups = tables.memory_runs(runs)
+    groups = study_tables.memory_runs(runs)
     md, text = beside_published.memory_vs_paper_table(groups)
     rows = {int(r["memory_size"]): r for r in rows_of(text)}
     assert set(rows) == {250, 500}

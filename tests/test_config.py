@@ -205,7 +205,7 @@ def test_layers_import_downward():
 
     root = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
     lower = [root / "schema.py", *sorted((root / "methods").rglob("*.py")), *sorted((root / "memory").rglob("*.py"))]
-    above = ("gcl_tf.config", "gcl_tf.train", "gcl_tf.tune", "gcl_tf.api", "gcl_tf.benchmarks")
+    above = ("gcl_tf.config", "gcl_tf.train", "gcl_tf.tune", "gcl_tf.api", "gcl_tf.data.benchmarks")
     for path in lower:
         for node in ast.walk(ast.parse(path.read_text())):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
@@ -216,16 +216,56 @@ def test_layers_import_downward():
                 assert not name.startswith(above), f"{path.relative_to(root)} imports {name}"
 
 
-def test_every_methods_keys_are_read_from_its_source_as_its_dataclass_declares_them():
-    """gcl_tf/methods/declared.py reads each registered method's Config keys without importing
-    its module (no TensorFlow): the same names in the same order as the dataclass, for every
-    method (a package like gcl/, a Config re-exported or derived from another method's)."""
+def test_every_methods_config_is_read_from_its_source_as_its_module_declares_it():
+    """gcl_tf/methods/keys.py reads each registered method's Config without importing its module
+    (no TensorFlow): the same keys in the same order, with the same types, defaults, ranges,
+    former defaults and rules, for every method (a package like gcl/, a Config re-exported or
+    derived from another method's)."""
     import dataclasses
+    import typing
 
     from gcl_tf import methods
-    from gcl_tf.methods import declared
+    from gcl_tf.methods import keys
 
     for name, (module, _) in methods.REGISTRY.items():
-        assert declared.config_keys(module) == [f.name for f in dataclasses.fields(methods.config_class(name))], name
-    assert declared.config_keys("gcl_tf.methods.nonexistent") is None  # unreadable: the full check only
-    assert declared.config_keys("keras.layers") is None
+        read, imported = keys.read_config(module, loaded=False), methods.config_class(name)
+        assert read is not None and read is not imported, name
+        assert [(f.name, f.default, f.metadata) for f in dataclasses.fields(read)] == [
+            (f.name, f.default, f.metadata) for f in dataclasses.fields(imported)], name
+        assert typing.get_type_hints(read) == typing.get_type_hints(imported), name
+        assert read.former_defaults == imported.former_defaults and read() == read(**dataclasses.asdict(imported()))
+    gcl = keys.read_config("gcl_tf.methods.gcl", loaded=False)
+    with pytest.raises(ConfigError, match="context_batch: needs method.edge_memory"):  # its rules came along
+        gcl(context_batch=3).check_settings()
+    assert keys.read_config("gcl_tf.methods.nonexistent") is None  # unreadable: the full check only
+    assert keys.read_config("keras.layers") is None
+
+
+PRECHECK = """
+import sys
+from gcl_tf.config import precheck
+from gcl_tf.errors import ConfigError
+try:
+    precheck(sys.argv[1], sys.argv[2:])
+except ConfigError as error:
+    print("ERROR", error)
+print("TENSORFLOW", "tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["method.name=gcl", "method.graph_lambda=-1"], "method.graph_lambda: -1.0 is out of range; allowed: [0, inf)"),
+    (["method.name=er", "method.memory_size=-5"], "method.memory_size: -5 is out of range; allowed: [1, inf)"),
+    (["method.name=gcl", "method.kernel=cosine"], "method.kernel: 'cosine' is not allowed; allowed: rbf, normalized"),
+    (["method.name=gcl", "method.context_batch=5"], "method.context_batch: needs method.edge_memory: embeddings"),
+    (["method.name=mer", "train.optimizer=adam"], "train.optimizer: mer uses plain SGD steps"),
+    (["method.name=er", "method.replay_batchsize=4"], "unknown key 'method.replay_batchsize'; did you mean"),
+])
+def test_a_method_keys_mistake_is_answered_before_tensorflow_loads(tmp_path, overrides, expected):
+    """The method's keys (names, types, ranges, its own rules) are checked by the command line's
+    precheck, which does not import TensorFlow (its Config is read from the method's source)."""
+    path = write(tmp_path, "benchmark: {name: permuted, source: digits, dataset: digits}\n")
+    proc = subprocess.run([sys.executable, "-c", PRECHECK, path, *overrides], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"ERROR {expected}" in proc.stdout and "TENSORFLOW False" in proc.stdout, proc.stdout

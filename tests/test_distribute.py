@@ -107,6 +107,78 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=f"{method} {name}")
 
 
+# A few steps of each method on one device and mirrored over 2 logical CPUs, through model.fit
+# (no evaluation, no checkpoint: the fast form of the test above), in a fresh process.
+FEW_STEPS = textwrap.dedent("""\
+    import contextlib, json, sys
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from gcl_tf import config as config_lib, methods
+    from gcl_tf.callbacks import TaskBoundary
+    from gcl_tf.distribute import distribute_batches, make_strategy
+    from gcl_tf.saving import method_state
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (60, 8, 8, 1), dtype=np.uint8), rng.integers(0, 10, 60).astype(np.int32)
+    report = {}
+    for method in sys.argv[1].split(","):
+        states = []
+        for mode in ("none", "mirrored"):
+            raw = {"seed": 2, "method": {"name": method, **methods.method_class(method).test_settings},
+                   "model": {"hidden_size": 16}, "train": {"distribute": mode, "devices": ["/cpu:0", "/cpu:1"]}}
+            if method == "gcl":  # the regulariser and the replicas' edges at work within a few steps
+                raw["method"].update(graph_lambda=1.0, context_temperature=0.3, target_temperature=1.0)
+            config = config_lib.resolve(raw)
+            strategy = make_strategy(config.train)
+            keras.utils.set_random_seed(config.seed)  # as a run seeds before it builds its model
+            with strategy.scope() if strategy else contextlib.nullcontext():
+                model = methods.build(config, (8, 8, 1), 10)
+                model.compile_for_training(config.train)
+            stream = tf.data.Dataset.from_tensor_slices((x, y)).batch(10, drop_remainder=True)
+            fed = stream if strategy is None else distribute_batches(strategy, stream, 10)
+            boundary = TaskBoundary(0, stream)  # the task's own stream for its end hooks, as a run gives it
+            model.fit(fed, epochs=1, steps_per_epoch=6, verbose=0, callbacks=[boundary])
+            state = {f"weight/{i}": v.numpy() for i, v in enumerate(model.weights)}
+            state.update({f"optimizer/{i}": v.numpy() for i, v in enumerate(model.optimizer.variables)})
+            state.update({f"state/{k}": v.numpy() for k, v in method_state(model).items()})
+            states.append(state)
+        single, mirrored = states
+        assert sorted(single) == sorted(mirrored), method
+
+        def difference(k):  # relative to the value's scale; exact for integers and flags
+            if single[k].dtype.kind != "f":
+                return 0.0 if np.array_equal(mirrored[k], single[k]) else 1.0
+            return float(np.max(np.abs(mirrored[k] - single[k]), initial=0.0) /
+                         max(1.0, float(np.max(np.abs(single[k]), initial=0.0))))
+
+        report[method] = {"steps": int(single["state/step_counter"]), "memory": [k for k in single if "memory" in k],
+                          "differences": {k: difference(k) for k in single if "edge_logits" not in k}}
+    print("REPORT " + json.dumps(report))
+""")
+
+
+def test_a_few_mirrored_steps_are_the_single_device_steps(tmp_path):
+    """The fast form of test_mirrored_on_two_devices_equals_single_device: every method that runs
+    distributed takes six steps of one stream on one device and mirrored over two: every variable
+    after them (weights, optimizer slots, the memory and its counters) is the same."""
+    from gcl_tf import methods
+
+    names = methods.distributed_names()
+    script = tmp_path / "few_steps.py"
+    script.write_text(FEW_STEPS)
+    proc = subprocess.run([sys.executable, str(script), ",".join(names)], capture_output=True, text=True,
+                          timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    assert sorted(report) == sorted(names)
+    for method, found in report.items():
+        assert found["steps"] == 6 and (found["memory"] or method == "finetune"), method  # the memory compared too
+        worst = max(found["differences"], key=found["differences"].get)
+        assert found["differences"][worst] < 1e-5, (method, worst, found["differences"][worst])
+
+
 def _free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:

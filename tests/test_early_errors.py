@@ -192,30 +192,6 @@ def test_paper_plans_before_tensorflow_the_runs_it_plans_after(tmp_path):
         assert all(r.stated is not None for r in before) and all(r.stated is None for r in after)
 
 
-def test_the_plain_sgd_rule_before_tensorflow_is_each_methods_own():
-    """gcl_tf.prechecks states MER's rule before its module loads: for every method, the rule
-    before TensorFlow refuses Adam exactly when the method's own Config.check does after it."""
-    from gcl_tf import methods
-    from gcl_tf.config import load_config
-    from gcl_tf.errors import ConfigError
-    from gcl_tf.prechecks import plain_sgd
-
-    for name in methods.names():
-        sets = ["method.name=" + name, "train.optimizer=adam"]
-        early = load_config(QUICKSTART, sets, method_keys=False)
-        try:
-            plain_sgd(early)
-            refused_early = None
-        except ConfigError as error:
-            refused_early = str(error)
-        try:
-            load_config(QUICKSTART, sets)
-            refused = None
-        except ConfigError as error:
-            refused = str(error)
-        assert refused_early == refused, name
-
-
 def test_paper_dry_run_calls_a_tfds_dataset_prepared_only_when_tfds_finished_it(tmp_path):
     """An empty mnist/ folder (a download that failed before gcl_tf cleaned up after one) is not
     prepared; a version folder holding TFDS's dataset_info.json is."""

@@ -139,10 +139,6 @@ def test_step_descends_cross_entropy_plus_penalty():
         np.testing.assert_allclose(v.numpy(), e, rtol=1e-4, atol=1e-6)
 
 
-def test_requires_task_boundaries():
-    assert ewc.Method.task_free is False
-
-
 @pytest.mark.slow
 def test_learns_permuted_digits(tmp_path):
     results = run(digits_config({"name": "ewc", "ewc_lambda": 10.0}), output_dir=str(tmp_path / "ewc"), verbose=0)

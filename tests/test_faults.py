@@ -614,8 +614,21 @@ def gcl_config(make_config, **method):
     return make_config({"method": {"name": "gcl", **method}})
 
 
+def largest_buffers(config, input_shape, num_classes=None):
+    from gcl_tf import methods
+
+    return methods.method_class(config.method.name).memory_estimate(config, input_shape, num_classes)
+
+
+def check_memory(config, input_shape, available, where):
+    from gcl_tf import methods, resources
+
+    cls = methods.method_class(config.method.name)
+    resources.check_memory(largest_buffers(config, input_shape), f"method.memory_size: {config.method.memory_size}",
+                           cls.memory_advice(config), available, where)
+
+
 def test_largest_buffers_of_gcl_with_a_large_memory(make_config):
-    from gcl_tf.resources import largest_buffers
 
     m = 200000
     buffers = dict(largest_buffers(gcl_config(make_config, memory_size=m), (8, 8, 1)))
@@ -667,7 +680,6 @@ def test_a_run_larger_than_the_machine_is_refused_before_the_model_is_built(tmp_
 
 def test_memory_checks_compare_with_what_the_device_has(make_config):
     from gcl_tf.errors import OutOfMemory
-    from gcl_tf.resources import check_memory
 
     big = make_config({"method": {"name": "er", "memory_size": 10**7}})  # 10M digits: 2.4 GiB
     check_memory(big, (8, 8, 1), available=3 * 2**30, where="GPU memory")

@@ -221,7 +221,8 @@ def test_the_step_regularises_the_whole_held_block_by_default():
     for self_pairs in (True, False):  # the same state, the same step
         model.regularize_self_pairs = self_pairs
         out = model.training_forward(x, y)
-        losses[self_pairs] = (float(out["graph_loss"]), int(tf.reduce_sum(tf.cast(out["regularized"], tf.int32))))
+        held = int(tf.reduce_sum(tf.cast(out.edges.regularized, tf.int32)))
+        losses[self_pairs] = (float(out.logs["graph_loss"]), held)
     (with_self, m), (without, m_) = losses[True], losses[False]
     assert m == m_ and m >= 2 and without > 1e-3
     assert with_self == pytest.approx(without * (m - 1) / m, rel=1e-3)
@@ -311,7 +312,7 @@ def test_the_first_update_after_the_fill_is_adams_step_one():
     before = [w.numpy().copy() for w in model.trainable_variables]
     with tf.GradientTape() as tape:  # the step's own gradients: the same state, the same graph noise
         out = model.training_forward(x1, y1)
-    grads = tape.gradient(out["replica_loss"], model.trainable_variables)
+    grads = tape.gradient(out.replica_loss, model.trainable_variables)
     model.train_step((x1, y1))
     assert int(model.optimizer.iterations.numpy()) == 1
     optimizer = model.optimizer
@@ -333,13 +334,13 @@ def test_gradients_reach_every_trainable_variable():
     x, y = next(batches(1, seed=9))
     with tf.GradientTape() as tape:
         out = model.training_forward(x, y)
-    grads = tape.gradient(out["loss"], model.trainable_variables)
+    grads = tape.gradient(out.logs["loss"], model.trainable_variables)
     names = [v.path for v in model.trainable_variables]
     assert any("kernel_log_scale" in n for n in names)
     for name, grad in zip(names, grads):
         assert grad is not None, name
         assert float(tf.reduce_max(tf.abs(grad))) > 0, name
-    assert float(out["graph_loss"]) > 0  # the regulariser is active in this state
+    assert float(out.logs["graph_loss"]) > 0  # the regulariser is active in this state
 
 
 @pytest.mark.parametrize("options", [{}, {"edge_memory": "embeddings", "context_batch": 12},
@@ -472,8 +473,8 @@ def test_training_step_is_stable_when_graphs_are_sparse():
     model.kernel_log_scale.assign(-8.0)  # every pair far apart: off-diagonal edges ~0
     x, y = next(batches(1, seed=61))
     out = model.training_forward(x, y)
-    assert np.isfinite(float(out["loss"]))
-    assert float(out["context_loss"]) < 50.0  # contexts with no neighbour predict from the biases only
+    assert np.isfinite(float(out.logs["loss"]))
+    assert float(out.logs["context_loss"]) < 50.0  # contexts with no neighbour predict from the biases only
 
 
 def test_logit_of_exp_gradient_matches_finite_differences():
@@ -505,7 +506,7 @@ def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
     x, y = next(batches(1, seed=22))
     with tf.GradientTape() as tape:
         out = model.training_forward(x, y)
-    grads = tape.gradient(out["loss"], model.trainable_variables)
+    grads = tape.gradient(out.logs["loss"], model.trainable_variables)
 
     C = int(model.memory.num_filled.numpy())
     context_x, context_y = model.memory.images[:C], model.memory.labels[:C]
@@ -529,9 +530,9 @@ def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
         loss = tf.reduce_mean(ce_t) + 0.6 * tf.reduce_mean(ce_c) + 7.0 * graph_loss
     ref_grads = tape.gradient(loss, model.trainable_variables)
     assert pairs.any()
-    assert float(out["loss"]) == pytest.approx(float(loss), rel=1e-5)
+    assert float(out.logs["loss"]) == pytest.approx(float(loss), rel=1e-5)
     # the KL is a difference of two cross-entropies of order 1: float32 resolves it to ~1e-7
-    assert float(out["graph_loss"]) == pytest.approx(float(graph_loss), rel=1e-4, abs=5e-7)
+    assert float(out.logs["graph_loss"]) == pytest.approx(float(graph_loss), rel=1e-4, abs=5e-7)
     for a, b, v in zip(grads, ref_grads, model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-3, atol=2e-6, err_msg=v.path)
 
@@ -551,11 +552,11 @@ def test_xla_fused_regularizer_gives_the_plain_step():
         model.fuse_regularizer = fused
         with tf.GradientTape() as tape:
             out = model.training_forward(x, y)
-        results.append((out, tape.gradient(out["loss"], model.trainable_variables)))
+        results.append((out, tape.gradient(out.logs["loss"], model.trainable_variables)))
     (fused_out, fused_grads), (plain_out, plain_grads) = results
-    assert float(plain_out["regularized_fraction"]) > 0.2 and float(plain_out["graph_loss"]) > 1e-3
+    assert float(plain_out.logs["regularized_fraction"]) > 0.2 and float(plain_out.logs["graph_loss"]) > 1e-3
     for name in ("loss", "graph_loss"):
-        assert float(fused_out[name]) == pytest.approx(float(plain_out[name]), rel=1e-4)
+        assert float(fused_out.logs[name]) == pytest.approx(float(plain_out.logs[name]), rel=1e-4)
     for a, b, v in zip(fused_grads, plain_grads, model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-6, err_msg=v.path)
 
@@ -623,7 +624,7 @@ def test_context_batch_attends_to_k_distinct_filled_slots():
         with tf.GradientTape():
             out = model.training_forward(x, y, slots, valid)
         # the step never touches all M
-        assert tuple(out["edge_logits"].shape) == (8 + 10, 8) and tuple(out["target_edge_logits"].shape) == (8 + 10, 10)
+        assert tuple(out.edges.to_contexts.shape) == (8 + 10, 8) and tuple(out.edges.to_targets.shape) == (8 + 10, 10)
         best_before = model.memory.best_loss.numpy().copy()
         new_slots = model.memory.reservoir_slots(10).numpy()
         model.train_step((x, y))
@@ -800,9 +801,9 @@ def test_our_extensions_are_the_defaults_and_null_is_the_paper():
         model.memory.best_loss.assign(np.where(filled, 1.5 + 0.5 * np.arange(30) / 30, np.inf).astype(np.float32))
         x, y = next(batches(1, seed=52))
         out = model.training_forward(x, y)
-        worse = (out["context_ce"].numpy() > model.memory.best_loss.numpy()) & filled
+        worse = (out.edges.context_ce.numpy() > model.memory.best_loss.numpy()) & filled
         assert worse.sum() >= 5  # contexts whose loss rose above their best
-        held[name] = out["regularized"].numpy()
+        held[name] = out.edges.regularized.numpy()
         np.testing.assert_array_equal(held[name], worse if name == "paper" else np.zeros(30, bool))
 
 
@@ -1038,17 +1039,27 @@ def test_the_defaults_learn_with_the_mlp_and_a_users_cnn(trunk):
     assert acc >= 30, acc
 
 
-def test_gcl_takes_any_trunk_from_a_config():
-    """model.backbone: resnet18 builds GCL on the reduced ResNet-18 (its 160 features feed the
-    heads), and a step learns: the default width is set from its embeddings' median distance."""
+@pytest.mark.parametrize("backbone", ["mlp", "convnet", "resnet18"])
+def test_gcl_takes_any_trunk_from_a_config(backbone):
+    """model.backbone builds GCL on that trunk (its features, whatever their width, feed the
+    heads) and its steps learn through it: on two batches seen again and again the loss of the
+    same batch falls and the trunk's weights move; the kernel's width is set from the
+    embeddings' median distance at the first step with contexts."""
+    from gcl_tf.backbones import feature_size
+
     config = config_lib.resolve({"seed": 0, "method": {"name": "gcl", "memory_size": 20},
-                                 "model": {"backbone": "resnet18", "filters": 4, "hidden_size": 16}})
+                                 "model": {"backbone": backbone, "filters": 4, "hidden_size": 16},
+                                 "train": {"optimizer": "adam", "learning_rate": 0.01}})
     model = methods.build(config, (8, 8, 1), 10)
     model.compile_for_training(config.train)
-    assert model.trunk.name == "resnet18"
-    for x, y in batches(2, seed=7):
-        logs = model.train_step((x, y))
-    assert bool(model.kernel_width_set.numpy()) and np.isfinite(float(logs["loss"]))
+    assert model.trunk.name == backbone
+    assert model.edge_head.kernel.shape[0] == model.latent_head.kernel.shape[0] == feature_size(model.trunk, (8, 8, 1))
+    before = [v.numpy().copy() for v in model.trunk.trainable_variables]
+    data = list(batches(2, seed=7))
+    losses = [float(model.train_step(data[i % 2])["loss"]) for i in range(12)]  # the first only fills the memory
+    assert losses[0] == 0.0 and losses[11] < 0.85 * losses[1], losses  # batch 2, first seen and 6th time
+    assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trunk.trainable_variables))
+    assert bool(model.kernel_width_set.numpy())
 
 
 def test_the_task_end_check_and_evaluation_log_no_tensorflow_warning(monkeypatch):
@@ -1099,7 +1110,7 @@ def test_own_latent_adds_the_images_own_term_to_every_graphs_logits(tmp_path):
     np.testing.assert_allclose(log_probs, tf.nn.log_softmax(logits).numpy(), rtol=1e-4, atol=1e-4)
     with tf.GradientTape() as tape:
         out = model.training_forward(x, tf.cast(y, tf.int32))
-    grad = tape.gradient(out["loss"], model.own_head.kernel)
+    grad = tape.gradient(out.logs["loss"], model.own_head.kernel)
     assert grad is not None and float(tf.reduce_max(tf.abs(grad))) > 0
     path = str(tmp_path / "learner.keras")
     model.save(path)
@@ -1164,7 +1175,7 @@ def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
         model.target_loss = target_loss
         with tf.GradientTape() as tape:
             out = model.training_forward(x, tf.constant(labels, tf.int32))
-        return float(out["loss"]), tape.gradient(out["loss"], model.output_head.bias).numpy()
+        return float(out.logs["loss"]), tape.gradient(out.logs["loss"], model.output_head.bias).numpy()
 
     labels = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]  # classes 3-9 absent
     present_loss, present_grad = loss_and_bias_gradient("present", labels)

@@ -157,3 +157,59 @@ def test_the_verdict_reads_the_xla_rows():
     slow_evaluation = rows([5.0, 6.0]) + [{"what": "GCL evaluation", "ms": {"float32": 1.0, "float32 + XLA": 3.0}}]
     both = verdict(slow_evaluation, "GPU")
     assert both["supported"] is False and "slower on the evaluation" in both["text"]
+
+
+def _section_results(misplaced=()):
+    """What the check's sections give on CPU devices (quick, two variants), as they gave it."""
+    variants = {"float32": 1.0, "bfloat16 + XLA": 1.4}
+    rows = [{"key": key, "what": what, "unit": unit, "ms": {v: 2.0 * r for v, r in variants.items()},
+             "ratio_to_float32": dict(variants), "traces": {v: 1 for v in variants}, "anchor": None}
+            for key, what, unit in [("gcl_mlp_step", "GCL step, MLP, memory 20", "ms/step"),
+                                    ("gcl_convnet_step", "GCL step, ConvNet, memory 10", "ms/step"),
+                                    ("gcl_eval_30", "GCL evaluation, 30 graph samples, memory 20", "ms/image"),
+                                    ("er_step", "ER step, memory 20", "ms/step")]]
+    placed = {"functions": 1, "nodes": 1000, "device_to_host_sends": [], "variable_contents_to_host": [],
+              "random_ops_on_device": 2, "random_ops_on_host": [], "xla_computations_on_device": 0, "traces": 1,
+              "variables": 58, "memory_variables": ["memory/images:0", "memory/edge_logits:0"],
+              "cache_variables": ["test_noise:0"], "misplaced": list(misplaced), "jit_compile": False,
+              "auto_jit_compile": False}
+    mirrored = {**placed, "cache_variables": [], "misplaced": [], "replicas": 2, "acc": 18.0, "train_steps": 10,
+                "train_seconds": 4.0, "eval_seconds": 2.0, "seconds": 6.0, "run_jit_compile": False,
+                "batch_size": 10, "memory": 20, "backbone": "mlp"}
+    anchor = {"note": "PyTorch anchor skipped: torch is not importable here (pip install torch to compare)",
+              "runs": {}}
+    return rows, anchor, placed, mirrored
+
+
+@pytest.mark.parametrize("misplaced", [(), ("dense/kernel:0 on /CPU:0",)])
+def test_the_check_writes_its_tables_json_and_verdict_and_fails_on_a_broken_assertion(tmp_path, monkeypatch,
+                                                                                        capsys, misplaced):
+    """The fast form of test_the_whole_check_runs_on_cpu_devices_and_writes_its_report: the command
+    itself (gpu.main) with its sections' results as they come on CPU devices: the JSON and Markdown
+    reports, the rows' table, the verdict and the exit status; a variable off its device is a
+    failure the report names, exit status 1. (The sections' own work on the devices is the long
+    form's, and the placement analysis's: the slow tests above.)"""
+    from gcl_tf.benchmark import gpu
+    from gcl_tf.benchmark.gpu_devices import Devices
+
+    rows, anchor, placed, mirrored = _section_results(misplaced)
+    monkeypatch.setattr(gpu, "setup_devices", lambda kind: Devices("CPU", "/CPU:1", ["/CPU:1", "/CPU:2"]))
+    monkeypatch.setattr(gpu, "speed_section", lambda devices, variants, repeats, quick, log: rows)
+    monkeypatch.setattr(gpu, "anchor_section", lambda devices, rows, quick, log: anchor)
+    monkeypatch.setattr(gpu, "placement_single", lambda devices, quick, log: placed)
+    monkeypatch.setattr(gpu, "end_to_end", lambda devices, quick, folder, log: mirrored)
+    code = gpu.main(["--device", "cpu", "--quick", "--variants", "float32,mixed_bfloat16+xla",
+                     "--output", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["environment"]["device_kind"] == "CPU" and report["environment"]["replica_devices"] == [
+        "/CPU:1", "/CPU:2"]
+    assert [r["key"] for r in report["rows"]] == ["gcl_mlp_step", "gcl_convnet_step", "gcl_eval_30", "er_step"]
+    assert report["verdict"]["supported"] is None  # no float32 + XLA pair measured
+    text = (tmp_path / "gpu_check.md").read_text()
+    assert "| GCL step, MLP, memory 20 |" in text and "PyTorch anchor skipped" in text
+    if not misplaced:
+        assert code == 0 and report["failures"] == [] and "All placement assertions hold." in text
+    else:
+        assert code == 1 and report["failures"] == ["single device: 1 variables off the device (first: "
+                                                    "dense/kernel:0 on /CPU:0)"]
+        assert capsys.readouterr().err.startswith("error: GPU check failed: single device: 1 variables off")

@@ -237,7 +237,7 @@ def test_er_train_step_does_not_retrace_across_steps_or_tasks(make_config, tmp_p
     from gcl_tf import methods, train
     from gcl_tf.methods import er
 
-    class CountingER(er.Method):
+    class CountingER(er.ER):
         traces = 0
         at_task_begin = []
 
@@ -266,7 +266,7 @@ def salt_positions() -> dict:
     takes a stream's salt (a method's ``self`` not counted)."""
     import inspect
 
-    from gcl_tf.data.protocols import task_rng
+    from gcl_tf.data.rng import task_rng
     from gcl_tf.memory.reservoir import replay_batch
     from gcl_tf.memory.state import step_seed
 

@@ -40,17 +40,17 @@ def test_permuted_fixed_within_a_task_and_different_across_tasks(npz_config, npz
     permutations = []
     for task in benchmark.tasks:
         # All training and test samples of the task (samples_per_task: null).
-        assert len(task.train) == len(x_train) and len(task.test) == len(x_test)
+        assert len(task.train_data) == len(x_train) and len(task.test_data) == len(x_test)
         # Read the permutation back from the ramp image, in the test split and in the training split.
-        from_test = read_permutation(task.test.images[0])
-        from_train = read_permutation(find_ramp(task.train.images, (8, 8, 1)))
+        from_test = read_permutation(task.test_data.images[0])
+        from_train = read_permutation(find_ramp(task.train_data.images, (8, 8, 1)))
         np.testing.assert_array_equal(from_test, from_train)
         assert sorted(from_test) == list(range(64))  # a permutation of the pixels
         np.testing.assert_array_equal(from_test, task.transform["permutation"])
         # Every image of the task is its original with that one permutation applied.
         permute = lambda images: images.reshape(len(images), -1)[:, from_test].reshape(images.shape)
-        np.testing.assert_array_equal(task.test.images[..., 0], permute(x_test))
-        assert as_set(task.train.images[..., 0]) == as_set(permute(x_train))
+        np.testing.assert_array_equal(task.test_data.images[..., 0], permute(x_test))
+        assert as_set(task.train_data.images[..., 0]) == as_set(permute(x_train))
         permutations.append(from_test)
     for a in range(len(permutations)):
         for b in range(a):
@@ -72,11 +72,11 @@ def test_rotated_matches_gems_pil_rotation_and_differs_across_tasks(npz_config, 
         angle = task.transform["rotation_degrees"]
         assert 0.0 <= angle < 180.0
         expected_test = np.stack([pil_rotate(img, angle) for img in x_test])
-        np.testing.assert_array_equal(task.test.images[..., 0], expected_test)
-        assert as_set(task.train.images[..., 0]) == as_set([pil_rotate(img, angle) for img in x_train])
+        np.testing.assert_array_equal(task.test_data.images[..., 0], expected_test)
+        assert as_set(task.train_data.images[..., 0]) == as_set([pil_rotate(img, angle) for img in x_train])
         angles.append(angle)
     assert len(set(angles)) == 3
-    assert not np.array_equal(benchmark.tasks[0].test.images, benchmark.tasks[1].test.images)
+    assert not np.array_equal(benchmark.tasks[0].test_data.images, benchmark.tasks[1].test_data.images)
 
 
 def test_rotation_resamples_nearest_like_pil():
@@ -121,11 +121,11 @@ def test_split_consecutive_classes_per_task(npz_config, npz_file):
     for t, task in enumerate(benchmark.tasks):
         classes = [2 * t, 2 * t + 1]
         assert list(task.classes) == classes
-        assert set(np.unique(task.train.labels)) == set(classes)
-        assert set(np.unique(task.test.labels)) == set(classes)
+        assert set(np.unique(task.train_data.labels)) == set(classes)
+        assert set(np.unique(task.test_data.labels)) == set(classes)
         # All of the task's samples (samples_per_task: null), and nothing else.
-        assert len(task.train) == np.isin(y_train, classes).sum()
-        assert len(task.test) == np.isin(y_test, classes).sum()
+        assert len(task.train_data) == np.isin(y_train, classes).sum()
+        assert len(task.test_data) == np.isin(y_test, classes).sum()
     with pytest.raises(ConfigError, match="classes_per_task"):
         bench(npz_config({"name": "split", "num_tasks": 4, "classes_per_task": 3}))
 
@@ -148,13 +148,13 @@ def test_validation_split_is_carved_from_training_samples(npz_config, npz_file):
     benchmark = bench(npz_config({"name": "split", "num_tasks": 2, "classes_per_task": 5,
                                   "samples_per_task": 80, "validation_fraction": 0.25}))
     for task in benchmark.tasks:
-        assert len(task.validation) == 20 and len(task.train) == 60
-        train, val = set(as_set(task.train.images)), set(as_set(task.validation.images))
+        assert len(task.validation_data) == 20 and len(task.train_data) == 60
+        train, val = set(as_set(task.train_data.images)), set(as_set(task.validation_data.images))
         assert not train & val  # disjoint
         originals = set(as_set(x_train[..., None]))
         assert train <= originals and val <= originals  # both from the training split
-        assert set(np.unique(task.validation.labels)) <= set(task.classes)
-        assert task.eval_data("validation") is task.validation
+        assert set(np.unique(task.validation_data.labels)) <= set(task.classes)
+        assert task.eval_data("validation") is task.validation_data
 
 
 def test_test_split_never_loaded_without_load_test(tmp_path, make_config):
@@ -170,7 +170,7 @@ def test_test_split_never_loaded_without_load_test(tmp_path, make_config):
     benchmark = bench(config, load_test=False)
     assert "test" not in benchmark.source._cache
     for task in benchmark.tasks:
-        assert task.test is None and len(task.validation) == 4 and len(task.train) == 16
+        assert task.test_data is None and len(task.validation_data) == 4 and len(task.train_data) == 16
     with pytest.raises(ValueError):
         benchmark.tasks[0].eval_data("test")
 
@@ -180,8 +180,8 @@ def test_same_seed_same_tasks_different_seed_different(make_config):
         config = make_config({"seed": seed, "benchmark": {"name": name, "num_tasks": 2, "samples_per_task": 50,
                                                           "validation_fraction": 0.2}})
         tasks = bench(config).tasks
-        return [np.concatenate([t.train.images.ravel(), t.train.labels, t.validation.images.ravel(),
-                                t.test.images.ravel()]) for t in tasks]
+        return [np.concatenate([t.train_data.images.ravel(), t.train_data.labels, t.validation_data.images.ravel(),
+                                t.test_data.images.ravel()]) for t in tasks]
 
     for name in ("permuted", "rotated", "split"):
         a, b, c = arrays(0, name), arrays(0, name), arrays(1, name)
@@ -195,9 +195,9 @@ def test_samples_per_task_and_test_samples_per_task(make_config):
                                         "test_samples_per_task": 11}})
     benchmark = bench(config)
     for task in benchmark.tasks:
-        assert len(task.train) == 37 and len(task.test) == 11
-        assert task.train.images.shape == (37, 8, 8, 1)
+        assert len(task.train_data) == 37 and len(task.test_data) == 11
+        assert task.train_data.images.shape == (37, 8, 8, 1)
     # Different tasks draw different samples.
-    assert not np.array_equal(benchmark.tasks[0].train.labels, benchmark.tasks[1].train.labels)
+    assert not np.array_equal(benchmark.tasks[0].train_data.labels, benchmark.tasks[1].train_data.labels)
     with pytest.raises(ConfigError, match="samples_per_task"):
         bench(make_config({"benchmark": {"samples_per_task": 5000}}))

@@ -275,15 +275,21 @@ def method_settings() -> dict:
 METHOD_SETTINGS = method_settings()
 
 
-def test_every_method_is_checked_for_resuming_and_exporting(make_config):
-    """Every registered method is parametrized below (none left out because its module cannot be
-    found: ``methods.names()``, which METHOD_SETTINGS is built from, skips such a method quietly),
-    and its declared settings are its own keys."""
-    from gcl_tf import methods
+def test_every_registered_method_has_its_module_and_small_valid_test_settings():
+    """The tests that run every method read ``methods.names()``, which skips a registry entry whose
+    module is missing: every entry has its module (none is left out of them quietly). Each class's
+    ``test_settings`` are keys of its Config with allowed values (checked as a config's are) and
+    keep the runs small: a memory of at most 20 samples."""
+    import importlib.util
 
-    assert list(METHOD_SETTINGS) == list(methods.REGISTRY)
-    for method, settings in METHOD_SETTINGS.items():
-        assert make_config({"method": {"name": method, **settings}}).method.name == method
+    from gcl_tf import methods
+    from gcl_tf.schema import build_dataclass
+
+    for name, (module, _) in methods.REGISTRY.items():
+        assert importlib.util.find_spec(module) is not None, name
+        settings = methods.method_class(name).test_settings
+        built = build_dataclass(methods.config_class(name), settings, f"{name}.test_settings")
+        assert getattr(built, "memory_size", 0) <= 20, name
 
 
 class Crash(Exception):
@@ -370,16 +376,16 @@ def test_nan_loss_stops_training_names_the_step_and_keeps_the_last_good_checkpoi
     batch 3); the check before the checkpoint of step 15 stops the run; ckpt-10 stays the latest."""
     import tensorflow as tf
 
-    from gcl_tf.methods import finetune
+    from gcl_tf import methods
 
-    learn = finetune.Method.learn
+    learn = methods.method_class("finetune").learn
 
     def learn_nan_from_step_13(self, x, y):
         logs = learn(self, x, y)
         logs["loss"] = tf.where(self.step_counter >= 12, tf.constant(float("nan")), logs["loss"])
         return logs
 
-    monkeypatch.setattr(finetune.Method, "learn", learn_nan_from_step_13)
+    monkeypatch.setattr(methods.method_class("finetune"), "learn", learn_nan_from_step_13)
     config = write_config(tmp_path, {"benchmark": {"num_tasks": 2}, "train": {"checkpoint_every": 5}})
     out = tmp_path / "run"
     message = cli_error(["--config", config, "--output", str(out)], capsys)

@@ -179,8 +179,8 @@ def test_a_run_with_flip_augmentation_stores_mirrored_images_in_memory(tmp_path,
     model = train.train_model(config, str(tmp_path / "run"), verbose=0, benchmark=benchmark).model  # the run's learner
     assert type(model).__name__ == method.upper()
     memory = np.round(model.memory.images.numpy() * 255).astype(np.uint8)  # [100, 8, 8, 1]
-    originals = {img.tobytes() for task in benchmark.tasks for img in task.train.images}
-    mirrors = {img[:, ::-1].tobytes() for task in benchmark.tasks for img in task.train.images}
+    originals = {img.tobytes() for task in benchmark.tasks for img in task.train_data.images}
+    mirrors = {img[:, ::-1].tobytes() for task in benchmark.tasks for img in task.train_data.images}
     as_is = np.array([img.tobytes() in originals for img in memory])
     mirrored = np.array([img.tobytes() in mirrors for img in memory])
     assert np.all(as_is | mirrored)

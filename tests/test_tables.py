@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from gcl_tf.benchmark import layout, tables
+from gcl_tf.benchmark import layout, study_tables, tables
 
 
 def run(variant, seed, acc, fgt, graph_lambda=50.0):
@@ -28,7 +28,7 @@ def test_ablation_change_pairs_seeds_not_means():
     # not the difference of the two columns' means (which mixes seed 1 in).
     runs = [run("gcl", 0, 50.0, 30.0), run("gcl", 1, 44.0, 36.0), run("gcl", 2, 49.0, 32.0),
             run("gcl-no_graph_reg", 0, 47.0, 35.0, 0.0), run("gcl-no_graph_reg", 2, 48.0, 33.0, 0.0)]
-    md, text = tables.ablation_table(runs)
+    md, text = study_tables.ablation_table(runs)
     rows = {row.split(",")[1]: row.split(",") for row in text.strip().splitlines()[1:]}
     header = text.splitlines()[0].split(",")
     variant = dict(zip(header, rows["gcl-no_graph_reg"]))

@@ -35,6 +35,48 @@ def test_throughput_quick_writes_every_section(tmp_path):
         assert "torch is not importable" in against["note"]
 
 
+def test_throughput_writes_every_section_of_its_report(tmp_path, monkeypatch, capsys):
+    """The fast form of test_throughput_quick_writes_every_section: the command itself
+    (throughput.main) with every section's rows as the sections give them: the JSON holds every
+    section, the Markdown a table of each, the memory sweep its plot. (The sections' own timings
+    are the long form's; steps and eval also run for real in the test below.)"""
+    from gcl_tf.benchmark import throughput
+
+    class Reference:
+        rates = [90.0, 100.0, 110.0]
+
+        def __call__(self):
+            return 100.0
+
+    step = {"ms": 2.0, "gflops": 5.0, "matmul_gflops": 100.0, "fraction_of_matmul": 0.05, "traces": 1,
+            "images_per_s": 5000.0, "gflop": 0.01}
+    monkeypatch.setattr(throughput, "MatmulReference", lambda repeats: Reference())
+    monkeypatch.setattr(throughput, "gcl_step_section", lambda reference, repeats, quick: [
+        {"what": "GCL step, MLP, memory 200", **step}, {"what": "the same step's 9 GEMMs alone (its ceiling)", **step},
+        {"what": "GCL step, MLP, memory 200, XLA (jit_compile)", **step}, {"what": "GCL step, ConvNet", **step}])
+    monkeypatch.setattr(throughput, "gcl_eval_section", lambda reference, repeats, quick: (
+        [{"what": f"eval {k}", "samples": 30, "ms_per_image": 0.1 * (k + 1), "gflops": 1.0, "matmul_gflops": 100.0,
+          "fraction_of_matmul": 0.01} for k in range(4)], 3.0, 4.0))
+    monkeypatch.setattr(throughput, "keras_overhead_section", lambda repeats, quick: [
+        {"what": f"{m}, steps_per_execution {k}", "ms_per_step": 1.0} for m in ("er", "finetune") for k in (1, 20)])
+    monkeypatch.setattr(throughput, "input_pipeline_section", lambda repeats, quick: [
+        {"what": f"{m} (100 steps)", "ms_per_step": 1.0, "input_wait_fraction": 0.1} for m in ("gcl", "er")])
+    monkeypatch.setattr(throughput, "memory_sweep_section", lambda reference, repeats, quick, sizes: [
+        {"memory": m, "variant": v, "ms": 1.0 + m / 100, "gflops": 1.0, "matmul_gflops": 100.0,
+         "fraction_of_matmul": 0.01, "traces": 1} for m in sizes for v in ("matrix", "embeddings")])
+    monkeypatch.setattr(throughput.against_torch, "section", lambda rounds, log, **quick: {
+        "rows": [], "note": "torch is not importable here"})
+    assert throughput.main(["--quick", "--output", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "throughput.json").read_text())
+    assert {"gcl_steps", "gcl_eval", "keras_overhead", "input_pipeline", "memory_sweep", "against_torch"} <= set(report)
+    assert report["matmul_gflops"] == 100.0 and report["matmul_gflops_range"] == [90.0, 110.0]
+    assert {r["memory"] for r in report["memory_sweep"]} == {50, 100}  # --quick: the two-point sweep
+    text = (tmp_path / "throughput.md").read_text()
+    assert "GFLOP/s" in text and "GCL step, ConvNet" in text and "finetune, steps_per_execution 20" in text
+    assert "gcl (100 steps)" in text and "its GEMMs alone" in text and "30 graph samples cost **3.00x**" in text
+    assert (tmp_path / "memory_sweep.png").stat().st_size > 1000
+
+
 def test_throughput_runs_only_the_sections_asked_for_and_names_the_allowed_ones(tmp_path):
     command = [sys.executable, "-m", "gcl_tf.benchmark", "throughput", "--quick", "--sections", "steps,eval"]
     proc = subprocess.run(command + ["--output", str(tmp_path)], capture_output=True, text=True, timeout=900)

@@ -4,7 +4,9 @@
 - ``plots``: redraw every table and figure of a suite from its saved results (plots.py);
 - ``throughput``: speed measurements (throughput.py, when present).
 
-``layout.py`` fixes where a suite keeps its runs, tables and figures; ``tables.py`` builds the
-tables from the saved results. ``timing.py``, ``flops.py`` and ``workloads.py`` serve the speed
+``layout.py`` fixes where a suite keeps its runs, tables and figures; ``selection.py`` checks what
+``paper`` is asked to run; ``tables.py`` and ``study_tables.py`` build the tables from the saved
+results (cells as ``cells.py`` writes them), ``plots.py`` the figures (``styles.py``: each method's
+colour and marker). ``timing.py``, ``flops.py`` and ``workloads.py`` serve the speed
 measurements (``throughput`` and the GPU check, ``gpu``: gpu.py and its parts, ``gpu_*.py``).
 """

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gcl_tf.benchmark import layout, published
+from gcl_tf.benchmark.cells import csv_text, fmt, fmt_change, markdown, num
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key, paired_difference
-from gcl_tf.benchmark.table_format import csv_text, fmt, fmt_change, markdown, num
 
 
 def _by_seed(runs, key: str) -> dict:
@@ -28,7 +28,7 @@ def lead(base: list, other: list, key: str = "acc") -> tuple[float, float, int]:
 # ----------------------------------------------------------------------------- the memory study
 def memory_vs_paper_table(memory_runs: dict) -> tuple[str, str]:
     """ER and GCL by memory size beside the paper's memory figures, and GCL − ER by size (ours
-    paired by seed, the paper's difference of means). ``memory_runs``: tables.memory_runs."""
+    paired by seed, the paper's difference of means). ``memory_runs``: study_tables.memory_runs."""
     header = ["Benchmark", "Memory", "ER ACC ours", "ER ACC paper", "GCL ACC ours", "GCL ACC paper",
               "GCL − ER ours (by seed)", "GCL − ER paper", "ER FGT ours", "ER FGT paper", "GCL FGT ours",
               "GCL FGT paper"]

@@ -204,23 +204,15 @@ def generated_cifar(path: str, per_class: int, test_per_class: int, seed: int = 
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
-def end_to_end(devices, quick, folder, log) -> dict:
-    """Split CIFAR-10-shaped (generated), GCL with the ConvNet (quick: the MLP), 5 tasks, MirroredStrategy on the
-    replica devices, through gcl_tf.train.run; then the run's model, its variables and its
-    compiled step (as Keras runs it: strategy.run of the per-replica step)."""
-    import tensorflow as tf
-
+def end_to_end_config(devices, quick: bool, data: str):
+    """The end-to-end run's config: Split CIFAR-10-shaped (generated, at ``data``), GCL with the
+    ConvNet (quick: the MLP), 5 tasks, MirroredStrategy on the replica devices."""
     from gcl_tf import config as config_lib
-    from gcl_tf import train
-    from gcl_tf.distribute import distribute_batches
 
     replicas = len(devices.replicas)
-    batch = replicas * -(-10 // replicas)  # 10, or the next multiple of the replicas
-    eval_batch = replicas * -(-100 // replicas)
     per_task, memory = (20, 20) if quick else (200, 100)
-    data = os.path.join(folder, "split_cifar10_generated.npz")
     generated_cifar(data, per_class=per_task // 2 + 10, test_per_class=20 if quick else 100)
-    config = config_lib.resolve({
+    return config_lib.resolve({
         "seed": 0,
         "benchmark": {"name": "split", "source": "npz", "dataset": "cifar10-shaped (generated)", "path": data,
                       "num_tasks": 5, "classes_per_task": 2, "samples_per_task": per_task,
@@ -228,10 +220,24 @@ def end_to_end(devices, quick, folder, log) -> dict:
         "method": {"name": "gcl", "memory_size": memory, "test_graph_samples": 3 if quick else 30,
                    "context_temperature": 1.0, "target_temperature": 5.0},
         "model": {"backbone": "mlp" if quick else "convnet", "hidden_size": 32 if quick else 256},
-        "train": {"optimizer": "adam", "learning_rate": 0.001, "batch_size": batch, "verbose": 0,
-                  "log_every": 0, "checkpoint_every": 0, "distribute": "mirrored", "devices": devices.replicas},
-        "eval": {"batch_size": eval_batch},
+        "train": {"optimizer": "adam", "learning_rate": 0.001, "batch_size": replicas * -(-10 // replicas),  # 10,
+                  "verbose": 0, "log_every": 0, "checkpoint_every": 0,  # or the next multiple of the replicas
+                  "distribute": "mirrored", "devices": devices.replicas},
+        "eval": {"batch_size": replicas * -(-100 // replicas)},
     })
+
+
+def end_to_end(devices, quick, folder, log) -> dict:
+    """:func:`end_to_end_config`'s run through gcl_tf.train.run; then the run's model, its
+    variables and its compiled step (as Keras runs it: strategy.run of the per-replica step)."""
+    import tensorflow as tf
+
+    from gcl_tf import train
+    from gcl_tf.distribute import distribute_batches
+
+    data = os.path.join(folder, "split_cifar10_generated.npz")
+    config = end_to_end_config(devices, quick, data)
+    replicas, batch = len(devices.replicas), config.train.batch_size
     started = time.perf_counter()
     results, model = train.train_model(config, output_dir=os.path.join(folder, "run"), overwrite=True, verbose=0)
     seconds = time.perf_counter() - started
@@ -263,7 +269,7 @@ def end_to_end(devices, quick, folder, log) -> dict:
     result.update(replicas=replicas, acc=float(results["acc"]), train_steps=int(results["train_steps"]),
                   train_seconds=float(results["train_seconds"]), eval_seconds=float(results["eval_seconds"]),
                   seconds=seconds, jit_compile=False, run_jit_compile=bool(model.jit_compile), batch_size=batch,
-                  memory=memory, backbone=config.model.backbone)
+                  memory=config.method.memory_size, backbone=config.model.backbone)
     log(f"  mirrored step: {result['variables']} variables, {len(result['misplaced'])} misplaced; "
         f"{len(result['variable_contents_to_host'])} variable copies to the host; "
         f"{result['random_ops_on_device']} random ops on the device, {len(result['random_ops_on_host'])} on the host")

@@ -15,8 +15,8 @@ Studies (``--studies``):
   is the graph_lambda 0 run's second evaluation, not a run of its own), on the benchmarks of
   --ablation-benchmarks (default: the paper's, split_cifar10);
 - ``memory``: ER and GCL at each memory size of --memory-sizes (default 100 250 500 1000), on the
-  benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10; one of the
-  two methods alone with --memory-methods). The run at a preset's own memory size is the main run;
+  benchmarks of --memory-benchmarks (default: the paper's, split_svhn and split_cifar10). The run
+  at a preset's own memory size is the main run;
 - ``backbone`` (not in the paper, nor in the default studies): each method of the main study on
   each trunk of --backbones (default convnet, resnet18: ``layout.BACKBONES``), on the benchmarks
   of --backbone-benchmarks (default split_cifar10), folders ``<method>-<trunk>``. One rule for
@@ -35,31 +35,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass, field
 
-from gcl_tf.benchmark import layout
+from gcl_tf.benchmark import layout, selection
 from gcl_tf.benchmark import studies as study_runs
+from gcl_tf.benchmark.selection import DEFAULT_SEEDS, DEFAULT_STUDIES, PAPER_BENCHMARKS, PAPER_MEMORY_SIZES, STUDIES
 from gcl_tf.benchmark.status import finished, resumable
-from gcl_tf.errors import ConfigError, DataError, Stopped, UserError, exit_on_user_error
+from gcl_tf.errors import DataError, Stopped, UserError, exit_on_user_error
 from gcl_tf.faults import exclusive
 from gcl_tf.io import read_json, write_json_atomic
-from gcl_tf.prechecks import output_folder, plain_sgd
-
-PAPER_BENCHMARKS = ("permuted_mnist", "rotated_mnist", "split_svhn", "split_cifar10", "split_cifar100",
-                    "split_miniimagenet")
-STUDIES = ("main", "ablation", "memory", "backbone", "graph_lambda")
-# The paper's tables and its memory figure; the backbone study is extra, and the paper's λ_G figure
-# (graph_lambda: 4 more GCL runs a seed) is asked for by name.
-DEFAULT_STUDIES = ("main", "ablation", "memory")
-PAPER_STUDY_BENCHMARKS = {"ablation": ("split_cifar10",), "memory": ("split_svhn", "split_cifar10"),
-                          "backbone": ("split_cifar10",), "graph_lambda": ("split_cifar10",)}
-PAPER_MEMORY_SIZES = (100, 250, 500, 1000)
-DEFAULT_SEEDS = 5  # the paper's five runs
+from gcl_tf.prechecks import output_folder
 
 
 @dataclass
@@ -76,140 +65,6 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- planning
-def _names(values) -> list[str]:
-    """``["a,b", "c"]`` -> ``["a", "b", "c"]`` (comma-separated and/or repeated)."""
-    out = []
-    for value in values or ():
-        out += [v.strip() for v in str(value).split(",") if v.strip()]
-    return out
-
-
-def available_benchmarks(config_dir: str) -> list[str]:
-    if not os.path.isdir(config_dir):
-        raise UserError(f"--config-dir: folder {config_dir!r} does not exist")
-    return sorted(f[:-5] for f in os.listdir(config_dir) if f.endswith(".yaml"))
-
-
-def preset_methods(config_path: str) -> list[str]:
-    from gcl_tf import config as config_lib
-
-    presets = config_lib.load_yaml(config_path).get("presets") or {}
-    if not isinstance(presets, dict):
-        raise ConfigError(f"{config_path}: presets: expected a mapping from method name to settings")
-    return list(presets)
-
-
-def _study_benchmarks(requested, study: str, selected: list[str]) -> list[str]:
-    names = _names(requested) if requested else list(PAPER_STUDY_BENCHMARKS[study])
-    if names == ["all"]:
-        return list(selected)
-    return [b for b in names if b in selected]
-
-
-def _preset_backbones(config_dir: str, benchmark: str, methods, overrides) -> set:
-    """The ``model.backbone`` of each preset of ``benchmark`` (those of ``methods`` if given),
-    with ``overrides`` applied (no method keys: before TensorFlow loads)."""
-    from gcl_tf import config as config_lib
-
-    path = os.path.join(config_dir, benchmark + ".yaml")
-    presets = preset_methods(path)
-    chosen = [m for m in (methods or presets) if m in presets]
-    return {config_lib.load_config(path, [f"method.name={m}", *overrides], False).model.backbone for m in chosen}
-
-
-def _backbone_benchmarks(config_dir: str, benchmarks, every: bool, methods, overrides, log) -> list[str]:
-    """The backbone study's benchmarks, checked: the study replaces a preset's trunk (a
-    ``layout.BACKBONES`` one: convnet, resnet18) by the other, so each benchmark needs presets on
-    one of them (an MLP benchmark, e.g. permuted_mnist, has none). A benchmark named on the
-    command line without one is a UserError; with ``all`` (``every``) such a benchmark is left out
-    with a note, and a UserError when none is left."""
-    trunks = {keys["backbone"] for _, keys in layout.BACKBONES.values()}
-    swapped = " or ".join(sorted(trunks))
-
-    def backbones_of(b):
-        try:
-            return _preset_backbones(config_dir, b, methods, overrides)
-        except UserError:  # a config that does not load: not one to suggest
-            return set()
-
-    used = {b: _preset_backbones(config_dir, b, methods, overrides) for b in benchmarks}
-    kept = [b for b in benchmarks if not used[b] or used[b] & trunks]  # no preset there: nothing planned anyway
-    left_out = [b for b in benchmarks if b not in kept]
-    if left_out and (not every or not any(used[b] for b in kept)):
-        eligible = [b for b in available_benchmarks(config_dir) if backbones_of(b) & trunks]
-        others = ", ".join(sorted(set().union(*(used[b] for b in left_out))))
-        what = f"none of {', '.join(left_out)} has a" if every else f"{left_out[0]} has no"
-        raise UserError(f"--backbone-benchmarks{' all' if every else ''}: {what} preset on a {swapped} trunk, "
-                        f"the trunks the backbone study swaps (the presets use {others}); allowed: "
-                        f"{', '.join(eligible) or 'none of the configs in ' + config_dir} (each also in --benchmarks)")
-    for b in left_out:
-        log(f"note: the backbone study leaves out {b}: its presets use {', '.join(sorted(used[b]))}, "
-            f"not a {swapped} trunk")
-    return kept
-
-
-def _graph_lambdas(values) -> list[float]:
-    """--graph-lambdas as floats, each 0 or more."""
-    out = []
-    for value in _names(values):
-        try:
-            number = float(value)
-        except ValueError:
-            number = -1.0
-        if not (math.isfinite(number) and number >= 0.0):
-            raise UserError(f"--graph-lambdas: {value!r} is not allowed; allowed: numbers 0 or more, e.g. 0,5,50,500")
-        out.append(number)
-    return out
-
-
-def _selection(config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas) -> tuple:
-    """The command line's choices, checked: (studies, benchmarks, methods, memory sizes, trunks,
-    graph_lambda values)."""
-    from gcl_tf import methods as methods_lib
-
-    studies = _names(studies) or list(DEFAULT_STUDIES)
-    unknown = [s for s in studies if s not in STUDIES]
-    if unknown:
-        raise UserError(f"--studies: unknown study {unknown[0]!r}; allowed: {', '.join(STUDIES)}")
-    if seeds < 1:
-        raise UserError(f"--seeds: {seeds} is not allowed; allowed: 1 or more")
-    available = available_benchmarks(config_dir)
-    selected = _names(benchmarks) or list(PAPER_BENCHMARKS)
-    for b in selected:
-        if b not in available:
-            raise UserError(f"--benchmarks: no config {os.path.join(config_dir, b + '.yaml')!r}; "
-                            f"allowed: {', '.join(available) or '(none)'}")
-    wanted_methods = _names(methods)
-    for m in wanted_methods:
-        if m not in methods_lib.names():
-            raise UserError(f"--methods: unknown method {m!r}; allowed: {', '.join(methods_lib.names())}")
-    sizes = [int(s) for s in _names(memory_sizes)]
-    if any(s < 1 for s in sizes):
-        raise UserError("--memory-sizes: every size must be 1 or more")
-    trunks = _names(backbones)
-    for t in trunks:
-        if t not in layout.BACKBONES:
-            raise UserError(f"--backbones: unknown trunk {t!r}; allowed: {', '.join(layout.BACKBONES)}")
-    return studies, selected, wanted_methods, sizes, trunks, _graph_lambdas(graph_lambdas)
-
-
-def _benchmarks_by_study(config_dir, studies, selected, requested, wanted_methods, overrides, log) -> dict:
-    """Each study's benchmarks among the ``selected`` ones (``requested``: the command line's
-    choice per study, None for the paper's); a note for a study none of whose is selected."""
-    study_benchmarks = {"main": selected}
-    for study in PAPER_STUDY_BENCHMARKS:
-        study_benchmarks[study] = _study_benchmarks(requested[study], study, selected) if study in studies else []
-        if study in studies and not study_benchmarks[study]:
-            log(f"note: the {study} study runs on "
-                f"{', '.join(_names(requested[study]) or PAPER_STUDY_BENCHMARKS[study])}, "
-                f"none of which is selected; pass --{study.replace('_', '-')}-benchmarks NAME[,NAME] or all")
-    if study_benchmarks["backbone"]:
-        study_benchmarks["backbone"] = _backbone_benchmarks(config_dir, study_benchmarks["backbone"],
-                                                            _names(requested["backbone"]) == ["all"], wanted_methods,
-                                                            overrides, log)
-    return study_benchmarks
-
-
 def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int = DEFAULT_SEEDS,
          studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
          memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
@@ -218,58 +73,64 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
     """Every run of the suite, configs resolved and validated (a bad key stops here, before any
     training); the same run twice (the memory study at the preset's size, the main run) once.
     ``method_keys=False``: before TensorFlow loads, without the methods' own keys, each run with
-    those its config states (``Run.stated``; gcl_tf.benchmark.studies.preset_value)."""
+    those its config states (``Run.stated``; gcl_tf.benchmark.studies.preset_value);
+    ``memory_methods``: the memory study's (default: ER and GCL)."""
     from gcl_tf import config as config_lib
 
-    studies, selected, wanted_methods, sizes, trunks, lambdas = _selection(
+    studies, selected, wanted_methods, sizes, trunks, lambdas = selection.selection(
         config_dir, benchmarks, methods, seeds, studies, memory_sizes, backbones, graph_lambdas)
     requested = {"ablation": ablation_benchmarks, "memory": memory_benchmarks, "backbone": backbone_benchmarks,
                  "graph_lambda": graph_lambda_benchmarks}
-    study_benchmarks = _benchmarks_by_study(config_dir, studies, selected, requested, wanted_methods, overrides, log)
+    study_benchmarks = selection.benchmarks_of_studies(config_dir, studies, selected, requested, wanted_methods,
+                                                       overrides, log)
     runs, seen = [], {}
-
-    def add(benchmark, variant, method, study, variant_overrides):
-        path = os.path.join(config_dir, benchmark + ".yaml")
-        for seed in range(seeds):
-            key = (benchmark, variant, seed)
-            if key in seen:
-                continue
-            sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
-            config = config_lib.load_config(path, sets, method_keys)
-            stated = None if method_keys else config_lib.stated_method_keys(config_lib.read_config(path), sets)
-            run = Run(benchmark, variant, method, seed, study, path, sets, config, stated)
-            seen[key] = run
-            runs.append(run)
-
     for b in selected:
         path = os.path.join(config_dir, b + ".yaml")
-        presets = preset_methods(path)
-        main = [m for m in (wanted_methods or presets) if m in presets]
-        missing = [m for m in wanted_methods if m not in presets]
-        if missing and ("main" in studies or b in study_benchmarks["backbone"]):
-            log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
 
         def preset_value(m, key, default=None):
             return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, method_keys, default)
 
-        planned = {"main": [(m, m, []) for m in main] if "main" in studies else []}
-        if b in study_benchmarks["ablation"]:
-            planned["ablation"] = study_runs.ablation(path, presets)
-        if b in study_benchmarks["memory"]:
-            planned["memory"] = study_runs.memory(
-                path, presets, sizes, lambda m: preset_value(m, "memory_size", study_runs.MEMORY_DEFAULT),
-                _names(memory_methods))
-        if b in study_benchmarks["backbone"]:
-            planned["backbone"] = study_runs.backbone(
-                main, trunks, lambda m: layout.trunk_of(
-                    config_lib.load_config(path, [f"method.name={m}", *overrides], False).to_dict()["model"]))
-        if b in study_benchmarks["graph_lambda"]:
-            planned["graph_lambda"] = study_runs.graph_lambda(
-                path, presets, lambdas, lambda: preset_value("gcl", "graph_lambda"))
+        def trunk(m):
+            model = config_lib.load_config(path, [f"method.name={m}", *overrides], False).to_dict()["model"]
+            return layout.trunk_of(model)
+
+        planned = _benchmark_runs(b, path, studies, study_benchmarks, wanted_methods, sizes, trunks, lambdas,
+                                  preset_value, trunk, selection.split_names(memory_methods), log)
         for study, variants in planned.items():
             for variant, method, variant_overrides in variants:
-                add(b, variant, method, study, variant_overrides)
+                for seed in range(seeds):
+                    if (b, variant, seed) in seen:
+                        continue
+                    sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
+                    config = config_lib.load_config(path, sets, method_keys)
+                    stated = None if method_keys else config_lib.stated_method_keys(config_lib.read_config(path), sets)
+                    seen[(b, variant, seed)] = run = Run(b, variant, method, seed, study, path, sets, config, stated)
+                    runs.append(run)
     return runs
+
+
+def _benchmark_runs(b, path, studies, study_benchmarks, wanted_methods, sizes, trunks, lambdas, preset_value, trunk,
+                    memory_methods, log) -> dict:
+    """``{study: [(variant, method, overrides)]}``: what each study runs on benchmark ``b``
+    (``preset_value(method, key)``: a method key of the method's preset there; ``trunk(method)``:
+    its trunk)."""
+    presets = selection.preset_methods(path)
+    main = [m for m in (wanted_methods or presets) if m in presets]
+    missing = [m for m in wanted_methods if m not in presets]
+    if missing and ("main" in studies or b in study_benchmarks["backbone"]):
+        log(f"note: {b}: no preset for {', '.join(missing)} in {path} (skipped)")
+    planned = {"main": [(m, m, []) for m in main] if "main" in studies else []}
+    if b in study_benchmarks["ablation"]:
+        planned["ablation"] = study_runs.ablation(path, presets)
+    if b in study_benchmarks["memory"]:
+        planned["memory"] = study_runs.memory(
+            path, presets, sizes, lambda m: preset_value(m, "memory_size", study_runs.MEMORY_DEFAULT), memory_methods)
+    if b in study_benchmarks["backbone"]:
+        planned["backbone"] = study_runs.backbone(main, trunks, trunk)
+    if b in study_benchmarks["graph_lambda"]:
+        planned["graph_lambda"] = study_runs.graph_lambda(path, presets, lambdas,
+                                                          lambda: preset_value("gcl", "graph_lambda"))
+    return planned
 
 
 def check_data(runs) -> None:
@@ -412,8 +273,6 @@ def main(argv=None) -> int:
         print("\n".join(dry_run(checked, args.output, finished_as_stated)))
         return 0
     output_folder(args.output)
-    for run in checked:
-        plain_sgd(run.config)
     check_data(checked)
     import_tensorflow()  # quietly, before the methods' modules import it
     runs = plan(*selection, memory_methods=args.memory_methods)

@@ -27,12 +27,12 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gcl_tf.benchmark import layout, published, tables
+from gcl_tf.benchmark import layout, published, study_tables, tables
 from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_key
+from gcl_tf.benchmark.styles import method_styles
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "8", "H")
 TSNE_METHODS = ("finetune", "gcl")  # the paper's t-SNE figure: Finetune (left) vs GCL (right)
 
 
@@ -51,56 +51,6 @@ def figure_png(figure: Figure, dpi: int = 120) -> bytes:
 def save_figure(figure: Figure, path: str) -> str:
     write_atomic(path, figure_png(figure))
     return path
-
-
-METHOD_STYLES = {  # (colour, marker) of every registered method, the same in every figure of every suite
-    "finetune": ("#7f7f7f", "o"),  # grey: the lower bound
-    "ewc": ("#1f77b4", "s"),
-    "icarl": ("#ff7f0e", "^"),
-    "gem": ("#2ca02c", "D"),
-    "agem": ("#9467bd", "v"),
-    "er": ("#8c564b", "P"),
-    "mer": ("#e377c2", "X"),
-    "derpp": ("#bcbd22", "<"),
-    "er_ace": ("#17becf", ">"),
-    "mir": ("#393b79", "h"),
-    "onpro": ("#637939", "p"),
-    "gcl": ("#d62728", "*"),  # red: the paper's method
-}
-
-
-def fallback_colours(count: int) -> list[str]:
-    """``count`` distinct colours for names outside METHOD_STYLES, none of its colours: tab20's
-    light shades, then hues evenly spaced around the colour wheel."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    taken = {colour for colour, _ in METHOD_STYLES.values()}
-    light = [to_hex(colormaps["tab20"](i)) for i in range(1, 20, 2)]
-    if count <= len(light):
-        return light[:count]
-    hues = [to_hex(colormaps["hsv"](i / (count + len(taken)))) for i in range(count + len(taken))]
-    return light + [c for c in hues if c not in taken and c not in light][:count - len(light)]
-
-
-def fallback_marker(index: int):
-    """The ``index``-th marker for names outside METHOD_STYLES: MARKERS that it does not use,
-    then regular star polygons of more and more points."""
-    free = [m for m in MARKERS if m not in {shape for _, shape in METHOD_STYLES.values()}]
-    return free[index] if index < len(free) else (index - len(free) + 5, 1, 0)
-
-
-def method_styles(names) -> dict[str, tuple]:
-    """``{method: (colour, marker)}``, each method its own colour and its own marker: a registered
-    method its METHOD_STYLES entry, whatever else a suite draws (GCL red with a star in every
-    figure); other names (a method outside the registry, a study variant such as
-    ``gcl-memory100``) a colour and marker of their own besides those, in sorted order."""
-    names = set(names)
-    styles = {name: METHOD_STYLES[name] for name in names if name in METHOD_STYLES}
-    others = sorted(names - set(METHOD_STYLES), key=method_sort_key)
-    for i, (name, colour) in enumerate(zip(others, fallback_colours(len(others)))):
-        styles[name] = (colour, fallback_marker(i))
-    return styles
 
 
 # ----------------------------------------------------------------------------- accuracy vs tasks
@@ -137,7 +87,7 @@ def accuracy_tasks_figure(runs, benchmark: str, styles=None) -> Figure | None:
 def memory_figure(runs, metric: str, styles=None) -> Figure | None:
     """ER vs GCL across memory sizes: one panel per benchmark, bars with std error bars; the
     paper's bars beside ours (hatched) where its memory figures have the benchmark."""
-    summary = tables.memory_summary(runs)
+    summary = study_tables.memory_summary(runs)
     if not summary:
         return None
     benchmarks = sorted(summary)
@@ -173,7 +123,7 @@ def memory_figure(runs, metric: str, styles=None) -> Figure | None:
 def graph_lambda_figure(runs, benchmark: str) -> Figure | None:
     """GCL's ACC and FGT over graph_lambda on ``benchmark``: two panels, mean with std error bars
     over the seeds, the preset's value marked (None without a graph_lambda-study run)."""
-    stats = tables.graph_lambda_summary(runs).get(benchmark)
+    stats = study_tables.graph_lambda_summary(runs).get(benchmark)
     if not stats:
         return None
     lambdas = sorted(stats)

@@ -82,7 +82,7 @@ def resumable(run, folder: str) -> bool:
     left = unfinished_run(folder)
     if left is None:
         return False
-    from gcl_tf.checkpoint import check_resumable
+    from gcl_tf.train import check_resumable
 
     try:
         check_resumable(folder, run.config)

@@ -6,35 +6,15 @@ validation split carved out of them, and its test samples (loaded only when aske
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from gcl_tf import salts
+from gcl_tf.data.counts import task_steps_per_epoch, validation_count  # noqa: F401 (re-exported)
+from gcl_tf.data.rng import task_rng
 from gcl_tf.data.sources import SplitData, make_source
 from gcl_tf.errors import ConfigError
-
-
-def task_rng(seed: int, task: int, salt: int) -> np.random.Generator:
-    """The numpy stream of one purpose (``salt``: :mod:`gcl_tf.salts`) for one task."""
-    return np.random.default_rng([seed, task, salt])
-
-
-def task_steps_per_epoch(num_samples: int, batch_size: int, task_index: int) -> int:
-    """Training steps per epoch of a task (partial batches are dropped); a ConfigError if none
-    (checked before TensorFlow loads when the task's size is known: gcl_tf/prechecks.py)."""
-    steps = num_samples // batch_size
-    if steps == 0:
-        raise ConfigError(
-            f"train.batch_size: {batch_size} is more than the {num_samples} training samples of task {task_index}; "
-            f"allowed: at most {num_samples}, or raise benchmark.samples_per_task"
-        )
-    return steps
-
-
-def validation_count(fraction: float, samples: int) -> int:
-    """How many of a task's ``samples`` training samples its validation split takes (at least one)."""
-    return max(1, int(round(fraction * samples)))
 
 
 def random_permutation(num_pixels: int, rng: np.random.Generator) -> np.ndarray:
@@ -77,21 +57,70 @@ def split_classes(num_classes: int, num_tasks: int, classes_per_task: int) -> li
     return [np.arange(t * classes_per_task, (t + 1) * classes_per_task) for t in range(num_tasks)]
 
 
+class Batching(NamedTuple):
+    """How a stream of :mod:`gcl_tf.benchmarks` batches its tasks."""
+
+    batch_size: int
+    eval_batch_size: int
+    epochs: int
+    seed: int
+
+
 @dataclass
 class Task:
+    """One task of a continual stream: its index, the classes its samples come from, a
+    description, its samples (``train_data``, ``validation_data``, ``test_data``: arrays) and the
+    protocol's transform. A task of a :mod:`gcl_tf.benchmarks` stream also has its ``batching``,
+    and with it ``train``, ``test`` and ``validation``: ``tf.data.Dataset`` of ``(images,
+    labels)`` batches (the training ones in stream order, all epochs)."""
+
     index: int
     classes: np.ndarray  # [k] label ids the task's samples come from
     description: str
-    train: SplitData
-    validation: Optional[SplitData] = None
-    test: Optional[SplitData] = None
+    train_data: SplitData
+    validation_data: Optional[SplitData] = None
+    test_data: Optional[SplitData] = None
     transform: dict = field(default_factory=dict)
+    batching: Optional[Batching] = None
 
     def eval_data(self, split: str) -> SplitData:
-        data = self.test if split == "test" else self.validation
+        data = self.test_data if split == "test" else self.validation_data
         if data is None:
             raise ValueError(f"task {self.index} has no {split} split")
         return data
+
+    @property
+    def train(self):
+        from gcl_tf.data.streams import train_dataset
+
+        b = self._batching()
+        return train_dataset(self.train_data, b.batch_size, b.epochs, b.seed, self.index)[0]
+
+    @property
+    def test(self):
+        return self._eval_dataset("test")
+
+    @property
+    def validation(self):
+        """The task's validation batches: samples held out of its training data (the stream's
+        ``validation_fraction``); for tuning, so that the test split is never read."""
+        if self.validation_data is None:
+            raise ValueError(f"task {self.index} has no validation split: pass validation_fraction > 0 "
+                             "to the stream (e.g. gcl_tf.benchmarks.split(data, validation_fraction=0.1))")
+        return self._eval_dataset("validation")
+
+    def _batching(self) -> Batching:
+        if self.batching is None:
+            raise ValueError(f"task {self.index} is not batched: a task of a gcl_tf.benchmarks stream is; "
+                             "its arrays are train_data, validation_data and test_data")
+        return self.batching
+
+    def _eval_dataset(self, split_name):
+        import tensorflow as tf
+
+        split = self.eval_data(split_name)
+        return tf.data.Dataset.from_tensor_slices((split.images, split.labels.astype(np.int32))).batch(
+            self._batching().eval_batch_size)
 
 
 class ContinualBenchmark:

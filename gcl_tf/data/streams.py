@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf import salts
-from gcl_tf.data.protocols import task_rng, task_steps_per_epoch  # noqa: F401 (re-exported)
+from gcl_tf.data.counts import task_steps_per_epoch  # noqa: F401 (re-exported)
+from gcl_tf.data.rng import task_rng
 from gcl_tf.data.sources import SplitData
 
 

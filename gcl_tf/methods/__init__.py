@@ -1,21 +1,23 @@
 """Continual-learning methods: one module each, registered by name in :data:`REGISTRY`.
 
 A method is its module plus one line here: ``"key": ("module", "ClassName")``, placed where its
-row goes in the benchmark's tables and figures. The module defines
-``Config`` (a dataclass subclassing :class:`gcl_tf.schema.MethodConfig` with the method's keys,
-their ranges and defaults) and the class, a :class:`gcl_tf.methods.base.ContinualModel` whose
-constructor takes those keys as keywords. Everything else is read from the class: the public
-name ``gcl_tf.<ClassName>``, its label in tables, the tuner's default space, distribution and precision support and
-the memory estimate (docs/api.md, "Adding a method"). Modules are imported on first use; this
-file imports nothing heavy (``import gcl_tf`` reads the registry without TensorFlow).
+row goes in the benchmark's tables and figures. The module defines ``Config`` (a dataclass
+subclassing :class:`gcl_tf.schema.MethodConfig`: the method's keys, each with its type, range,
+default and comment, written once) and the class, a :class:`gcl_tf.methods.base.ContinualModel`
+whose constructor takes those keys as ``**keys`` (gcl_tf/methods/keys.py gives it the signature
+that lists them). Everything else is read from the class: the public name
+``gcl_tf.<ClassName>``, its label in tables, the tuner's default space, distribution and precision
+support and the memory estimate (docs/api.md, "Adding a method"). Modules are imported on first
+use; this file imports nothing heavy (``import gcl_tf`` reads the registry without TensorFlow), and
+a method's keys are read without importing its module (:func:`read_config`).
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import inspect
-import sys
+
+from gcl_tf.methods import keys
 
 REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's method, last)
     "finetune": ("gcl_tf.methods.finetune", "Finetune"),
@@ -31,6 +33,7 @@ REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's 
     "onpro": ("gcl_tf.methods.onpro", "OnPro"),
     "gcl": ("gcl_tf.methods.gcl", "GCL"),
 }
+DEFAULT = "gcl"  # the paper's method: what a config without method.name runs
 
 
 def names() -> list[str]:
@@ -63,48 +66,18 @@ def module(name: str):
 
 
 def config_class(name: str):
+    """The method's ``Config``, from its module (imported: TensorFlow loads)."""
     return module(name).Config
+
+
+def read_config(name: str):
+    """The method's ``Config`` without importing its module where it can be read so
+    (:func:`gcl_tf.methods.keys.read_config`), else from the imported module."""
+    return keys.read_config(REGISTRY[name][0]) or config_class(name)
 
 
 def method_class(name: str):
     return getattr(module(name), REGISTRY[name][1])
-
-
-def settings_class(cls):
-    """A method class's ``Config``: for the nearest class in its ancestry (itself first) that is
-    registered, its registry module's (what the CLI builds), or that defines one in its own
-    module, that ``Config`` (a subclass without one keeps its parent's); None when none has."""
-    from gcl_tf.schema import MethodConfig
-
-    for klass in cls.__mro__:
-        key = registered_as(klass)
-        module = sys.modules.get(REGISTRY[key][0] if key is not None else klass.__module__)
-        config = getattr(module, "Config", None)
-        if isinstance(config, type) and issubclass(config, MethodConfig) and dataclasses.is_dataclass(config):
-            return config
-    return None
-
-
-def check_declaration(cls) -> None:
-    """The rules a method class follows, checked when it is defined (a TypeError names the
-    rule): each key of its ``Config`` but ``name`` is a keyword of its constructor with the same
-    default (the CLI and the API build the same method); a ``name`` keyword, if declared,
-    defaults to None or the registry key."""
-    parameters = inspect.signature(cls.__init__).parameters
-    key = registry_name(cls)
-    declared = parameters.get("name")
-    if declared is not None and key is not None and declared.default not in (None, key):
-        raise TypeError(f"{cls.__name__}: the keyword name defaults to {declared.default!r}; allowed: None or "
-                        f"the registry key {key!r}")
-    config = settings_class(cls)
-    for f in dataclasses.fields(config) if config is not None else ():
-        if f.name == "name":
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        parameter = parameters.get(f.name)
-        if parameter is None or parameter.default != default:
-            raise TypeError(f"{cls.__name__}: its constructor must take the keyword {f.name}={default!r}, the key "
-                            f"and default of {config.__module__}.Config")
 
 
 def distributed_names() -> list[str]:
@@ -112,16 +85,9 @@ def distributed_names() -> list[str]:
     return [name for name in names() if method_class(name).supports_distribution]
 
 
-def accepted_keywords(cls) -> set:
-    """The keywords ``cls``'s constructor takes: its own and, when it passes ``**common`` on,
-    those of :class:`gcl_tf.methods.base.ContinualModel`."""
-    from gcl_tf.methods.base import ContinualModel
-
-    parameters = inspect.signature(cls.__init__).parameters
-    accepted = set(parameters)
-    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        accepted |= set(inspect.signature(ContinualModel.__init__).parameters)
-    return accepted
+def augmenting_names() -> list[str]:
+    """Names of the methods that take an in-step augmentation (``augments_in_step``)."""
+    return [name for name in names() if method_class(name).augments_in_step]
 
 
 def run_arguments(config, input_shape, num_classes: int) -> dict:
@@ -142,7 +108,7 @@ def run_arguments(config, input_shape, num_classes: int) -> dict:
         "multi_head": b.multi_head,
         "augment": b.augment if b.augment in ("none", "ocl") else "none",  # flip: the stream's own
     }
-    accepted = accepted_keywords(method_class(config.method.name))
+    accepted = inspect.signature(method_class(config.method.name)).parameters
     return {key: value for key, value in run.items() if key in accepted}
 
 
@@ -157,9 +123,9 @@ def build(config, input_shape, num_classes: int):
     policy = config.train.mixed_precision
     cls = method_class(config.method.name)
     precision.check(config.method.name, policy, loss_scaling=cls.supports_loss_scaling)
-    keys = {f.name: getattr(config.method, f.name) for f in dataclasses.fields(config.method) if f.name != "name"}
+    values = {f.name: getattr(config.method, f.name) for f in keys.key_fields(type(config.method))}
     with precision.policy_scope(policy):
-        method = cls(**keys, backbone=build_backbone(config.model, input_shape),
+        method = cls(**values, backbone=build_backbone(config.model, input_shape),
                      **run_arguments(config, input_shape, num_classes))
     if config.model.initializer == "torch":
         torch_default_init(method)

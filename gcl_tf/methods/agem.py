@@ -78,17 +78,16 @@ class AGEM(ContinualModel):
         tasks = config.benchmark.num_tasks
         return per_task_memory(config.method.memory_size, tasks, "agem") * tasks
 
-    def __init__(self, backbone=None, *, num_classes, num_tasks, memory_size=1000, agem_batch_size=256,
-                 multi_head=False, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
         T = int(num_tasks)
         self.num_tasks = T
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.task_classes = TaskClasses(T, self.num_classes, multi_head)
-        self.memory = TaskMemory(T, per_task_memory(memory_size, T, "agem"), self.image_shape)
+        self.memory = TaskMemory(T, per_task_memory(self.settings.memory_size, T, "agem"), self.image_shape)
         # The memory of past tasks never exceeds (T - 1) * n samples.
         past_capacity = max(1, (T - 1) * self.memory.per_task)
-        self.reference_size = min(int(agem_batch_size), past_capacity)
+        self.reference_size = min(int(self.settings.agem_batch_size), past_capacity)
 
     def call(self, x, training=False):
         return self.network(x, training=training)
@@ -124,6 +123,3 @@ class AGEM(ContinualModel):
         self.optimizer.apply(unflatten(g, variables), variables)
         self.memory.add(task, x, y)
         return {"loss": loss, "projected": tf.cast(dot < 0, tf.float32)}
-
-
-Method = AGEM

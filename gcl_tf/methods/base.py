@@ -12,9 +12,10 @@ and, when it needs task boundaries (``task_free = False``), ``on_task_begin`` / 
 span in which the model's state does not change, so that a method may compute what depends only
 on that state once for all test batches (``on_evaluation_begin`` / ``on_evaluation_end``).
 
-Constructors take the method's own keywords (the fields of its module's ``Config``, with the same
-defaults; checked here, from the constructor's signature, before the subclass's ``__init__`` goes
-on) and these common ones, listed or passed on as ``**common``:
+Constructors take the method's own keys (the fields of its module's ``Config``, declared there
+once: a subclass's ``__init__`` takes them as ``**keys`` and passes them on; they are checked here,
+before the subclass's ``__init__`` goes on, and kept as ``self.settings``; gcl_tf/methods/keys.py
+lists them in the class's signature) and these common ones, listed or passed on in ``**keys``:
 ``backbone`` (a ``keras.Model`` from images ``[N, H, W, C]`` to features ``[N, D]``; None: a
 two-layer MLP of 256 units), ``num_classes``, ``input_shape`` (an image's shape; None: the
 backbone's declared input), ``seed`` (the method's randomness: memory sampling, graph noise),
@@ -30,22 +31,24 @@ What the library reads from a method class (docs/api.md, "Adding a method"), wit
 method that declares nothing: ``task_free``, ``supports_distribution``, ``supports_loss_scaling``
 (mixed_float16), ``tune_grid`` (the tuner's default space), ``memory_slots`` and
 ``memory_fields`` (the episodic memory, for the memory estimate). A class that breaks a rule of
-this contract is refused when it is defined (:func:`gcl_tf.methods.check_declaration`).
+this contract is refused when it is defined (:func:`gcl_tf.methods.keys.declare`).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Optional
 
 import keras
 import tensorflow as tf
 
-from gcl_tf import salts
+from gcl_tf import methods, salts
 from gcl_tf.data.streams import to_float
+from gcl_tf.distribute import apply_if
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
+from gcl_tf.methods import keys as method_keys
+from gcl_tf.methods.hooks import Hooks
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
 
@@ -99,54 +102,24 @@ def _for_keras_reduction(logs: dict) -> dict:
     return logs
 
 
-def in_step_methods() -> list:
-    """The registry keys of the methods that take an in-step augmentation."""
-    from gcl_tf import methods
-
-    return [name for name in methods.names() if methods.method_class(name).augments_in_step]
-
-
-class ContinualModel(LearnerSaving, keras.Model):
+class ContinualModel(Hooks, LearnerSaving, keras.Model):
     """Base class; see the module docstring. ``model.save("learner.keras")`` saves it whole (its
-    memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py)."""
-
-    #: False for methods that need task boundaries (the driver provides them).
-    task_free = True
-    #: True for methods whose step runs under a tf.distribute strategy (train.distribute): its
-    #: step must compute on R replicas what it computes on one (docs/api.md, "Adding a method").
-    supports_distribution = False
-    #: False for methods whose gradients do not go through :meth:`apply_gradients` (they apply
-    #: their own or move the weights themselves): no loss scaling, refused under mixed_float16.
-    supports_loss_scaling = True
-    #: The tuner's default space (``python -m gcl_tf.tune`` without ``tune.space``): dotted config
-    #: keys and their values, on top of the optimizer and learning-rate grid (gcl_tf/tune/space.py);
-    #: a key here replaces the common one.
-    tune_grid: dict = {}
-    #: The method's name in tables and figures (None: the class name); rows follow the registry.
-    label: Optional[str] = None
-    #: Small settings (method keys) for the library's own tests of every method: runs of a few
-    #: steps on tiny streams (tests/test_reliability.py, tests/test_distribute.py).
-    test_settings: dict = {}
-    #: True for methods whose ``learn`` applies the ``augment`` set (:meth:`augmented`) to every
-    #: image it trains on; the others refuse an augmentation other than ``"none"``.
-    augments_in_step: bool = False
+    memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py).
+    What the library reads from a method, with defaults: :class:`~gcl_tf.methods.hooks.Hooks`."""
 
     def __init_subclass__(cls, **kwargs):
-        from gcl_tf.methods import check_declaration
-
         super().__init_subclass__(**kwargs)
-        check_declaration(cls)
+        method_keys.declare(cls, ContinualModel)
 
     def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
                  batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, augment: str = "none",
-                 name: Optional[str] = None):
-        from gcl_tf.methods import registry_name
-
+                 name: Optional[str] = None, **keys):
         # The method itself computes in float32 whatever train.mixed_precision gives its layers
         # (gcl_tf/precision.py): no autocast of its own weights, float32 around the layers.
-        name = name or registry_name(type(self)) or type(self).__name__.lower()
+        name = name or methods.registry_name(type(self)) or type(self).__name__.lower()
         super().__init__(name=name, dtype="float32")
-        self.settings = self.check_settings()
+        #: The method's own keys (its ``Config``, checked: types, ranges, the rules between keys).
+        self.settings = method_keys.settings(type(self), keys)
         self.image_shape = infer_input_shape(input_shape, backbone, self.name)
         self.num_classes = int(num_classes)
         self.seed = int(seed)
@@ -167,24 +140,6 @@ class ContinualModel(LearnerSaving, keras.Model):
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 
-    def check_settings(self):
-        """The method's own keywords (the keys of its ``Config``, as the constructor was called)
-        checked against ``Config`` (types, ranges, the rules between keys): a ConfigError names
-        the keyword and what is allowed. Returns the ``Config`` instance (None without one)."""
-        from gcl_tf.methods import settings_class
-        from gcl_tf.schema import build_dataclass
-
-        config_class = settings_class(type(self))
-        if config_class is None:
-            return None
-        own = [f.name for f in dataclasses.fields(config_class) if f.name != "name"]
-        values = {key: self.constructor_arguments[key] for key in own if key in self.constructor_arguments}
-        settings = build_dataclass(config_class, values, type(self).__name__)
-        check = getattr(settings, "check_settings", None)
-        if check is not None:
-            check(type(self).__name__)
-        return settings
-
     def check_augment(self, augment: str) -> str:
         """``augment`` if this method takes it (see the module docstring), else a ConfigError."""
         from gcl_tf.augment import IN_STEP
@@ -193,7 +148,7 @@ class ContinualModel(LearnerSaving, keras.Model):
             raise ConfigError(f"augment: {augment!r} is not an in-step augmentation; allowed: {', '.join(IN_STEP)}")
         if augment != "none" and not self.augments_in_step:
             raise ConfigError(f"augment: {self.name} does not augment inside its step; allowed: none (in-step "
-                              f"augmentation is for {', '.join(in_step_methods())})")
+                              f"augmentation is for {', '.join(methods.augmenting_names())})")
         return augment
 
     def augmented(self, images, salt: int = salts.AUGMENT):
@@ -204,21 +159,6 @@ class ContinualModel(LearnerSaving, keras.Model):
         from gcl_tf.augment import augment
 
         return augment(images, self.augment, step_seed(self.seed, self.step_counter, salt))
-
-    # ------------------------------------------------------------------ the episodic memory
-    @classmethod
-    def memory_slots(cls, config) -> int:
-        """Samples the method's episodic memory holds under a run's config (0: no memory);
-        default: ``method.memory_size``. Sizes the memory estimate (gcl_tf/resources.py)."""
-        return int(getattr(config.method, "memory_size", 0) or 0)
-
-    @classmethod
-    def memory_fields(cls, num_classes: int) -> dict:
-        """What the memory keeps of each sample besides its image and label: ``{name: (shape,
-        dtype)}`` (DER++: its logits, ``{"logits": ((num_classes,), "float32")}``). A method
-        builds its memory with it (``ReservoirMemory(..., extra=self.memory_fields(K))``) and the
-        memory estimate counts it. Default: nothing."""
-        return {}
 
     def default_backbone(self, backbone):
         """``backbone``, or the default MLP (two ReLU layers of 256 units) on the input shape."""
@@ -237,20 +177,6 @@ class ContinualModel(LearnerSaving, keras.Model):
         logits = float32(self(x, training=False))
         return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
 
-    def on_task_begin(self, task_index: int, classes) -> None:
-        """Called before a task's first step; ``classes`` are the labels of its samples."""
-        self.current_task.assign(task_index)
-        self.next_task.assign(int(task_index) + 1)
-
-    def on_task_end(self, task_index: int, dataset) -> None:
-        """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
-
-    def on_evaluation_begin(self) -> None:
-        """Entering an evaluation span (see :meth:`evaluation_scope`); default: nothing."""
-
-    def on_evaluation_end(self) -> None:
-        """Leaving an evaluation span; default: nothing."""
-
     @contextlib.contextmanager
     def evaluation_scope(self):
         """A span of predictions during which the model's weights and memory do not change (no
@@ -267,13 +193,6 @@ class ContinualModel(LearnerSaving, keras.Model):
             self._evaluation_depth -= 1
             if self._evaluation_depth == 0:
                 self.on_evaluation_end()
-
-    def evaluation_variants(self) -> dict:
-        """Other prediction settings every task-end evaluation also measures, as ``{name:
-        {attribute: value}}``: the driver evaluates every task once more under each (see
-        :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
-        ``evaluations``, so that one training run gives every test-time variant. Default: none."""
-        return {}
 
     @contextlib.contextmanager
     def evaluation_variant(self, settings: dict):
@@ -349,10 +268,6 @@ class ContinualModel(LearnerSaving, keras.Model):
     def metrics(self):
         return [self.accuracy_tracker, self.eval_loss_tracker]
 
-    @classmethod
-    def check_replicas(cls, config, replicas: int) -> None:
-        """Raise a ConfigError if the method's own batch sizes do not split over ``replicas``."""
-
     def compile(self, optimizer="rmsprop", *, jit_compile=False, **kwargs):
         """``keras.Model.compile`` (the method computes its own losses: no ``loss``), then build
         the optimizer's slots, so that the training step traces once. ``jit_compile`` defaults to
@@ -427,15 +342,20 @@ class ContinualModel(LearnerSaving, keras.Model):
         mask = tf.ones([self.num_classes], tf.bool)
         return tf.exp(self.predict_log_probs(x, mask))
 
-    def apply_gradients(self, tape, loss, variables=None):
+    def apply_gradients(self, tape, loss, variables=None, when=None):
         """Gradients of ``loss`` applied by the optimizer. Under a ``LossScaleOptimizer``
         (mixed_float16) the loss is scaled (the tape's output gradient is the loss scale) and the
         optimizer unscales them and skips a step whose gradients overflowed; returns them as the
-        tape gave them."""
+        tape gave them. ``when`` (a scalar bool tensor): applied only when it holds, else no
+        optimizer update at all (no step counted, no moment changed; the gradients are taken
+        outside the condition)."""
         variables = self.trainable_variables if variables is None else variables
         scale = None
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             scale = tf.cast(self.optimizer.scale_loss(tf.ones_like(loss, tf.float32)), loss.dtype)
         grads = tape.gradient(loss, variables, output_gradients=scale)
-        self.optimizer.apply(grads, variables)
+        if when is None:
+            self.optimizer.apply(grads, variables)
+        else:
+            apply_if(when, self.optimizer.apply, grads, variables)
         return grads

@@ -51,11 +51,9 @@ class DERPP(er.ER):
     # around the values the paper selects (its appendix: alpha 0.1 to 1, beta 0.5 or 1)
     tune_grid = {"method.alpha": [0.1, 0.2, 0.5, 1.0], "method.beta": [0.5, 1.0]}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, alpha=0.1, beta=0.5,
-                 **common):
-        super().__init__(backbone, num_classes=num_classes, memory_size=memory_size,
-                         replay_batch_size=replay_batch_size, **common)
-        self.alpha, self.beta = float(alpha), float(beta)
+    def __init__(self, backbone=None, *, num_classes, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        self.alpha, self.beta = float(self.settings.alpha), float(self.settings.beta)
 
     @classmethod
     def memory_fields(cls, num_classes):

@@ -35,13 +35,13 @@ class ER(ContinualModel):
     augments_in_step = True
     test_settings = {"memory_size": 20}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed,
+        self.memory_size = self.settings.memory_size
+        self.memory = ReservoirMemory(self.memory_size, self.image_shape, seed=self.seed,
                                       extra=self.memory_fields(self.num_classes))
-        self.memory_size = int(memory_size)
-        self._replay_batch_size = replay_batch_size
+        self._replay_batch_size = self.settings.replay_batch_size
 
     def replay_size(self, batch: int) -> int:
         """Samples replayed with a (global) batch of ``batch``."""
@@ -79,6 +79,3 @@ class ER(ContinualModel):
         self.apply_gradients(tape, loss)
         self.memory.add(stream_x, stream_y)
         return logged({"loss": loss})
-
-
-Method = ER

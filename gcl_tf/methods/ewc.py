@@ -150,13 +150,12 @@ class EWC(ContinualModel):
     test_settings = {"fisher_samples": 10}
     tune_grid = {"method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]}  # the paper's "regularization" grid
 
-    def __init__(self, backbone=None, *, num_classes, num_tasks, ewc_lambda=10.0, fisher_samples=50,
-                 fisher="squared_mean", multi_head=False, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.ewc_lambda = float(ewc_lambda)
-        self.fisher_samples = int(fisher_samples)
-        self.fisher_kind = fisher
+        self.ewc_lambda = float(self.settings.ewc_lambda)
+        self.fisher_samples = int(self.settings.fisher_samples)
+        self.fisher_kind = self.settings.fisher
         self.task_classes = TaskClasses(num_tasks, self.num_classes, multi_head)
         self.ewc = EWCState(self.network.trainable_variables)
         self._consolidate_fn = tf.function(self._consolidate, reduce_retracing=True)
@@ -197,6 +196,3 @@ class EWC(ContinualModel):
         if x is None:
             return
         self._consolidate_fn(tf.constant(x, tf.float32), tf.constant(y, tf.int32), tf.constant(task_index, tf.int32))
-
-
-Method = EWC

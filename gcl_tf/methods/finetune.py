@@ -22,8 +22,8 @@ class Finetune(ContinualModel):
     supports_distribution = True
     augments_in_step = True
 
-    def __init__(self, backbone=None, *, num_classes, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
 
     def call(self, x, training=False):
@@ -35,6 +35,3 @@ class Finetune(ContinualModel):
             replica_loss = loss / num_replicas()  # gradients are summed over replicas
         self.apply_gradients(tape, replica_loss)
         return {"loss": loss}
-
-
-Method = Finetune

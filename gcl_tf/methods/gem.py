@@ -48,6 +48,46 @@ class Config(MemoryMethodConfig):
 # ----------------------------------------------------------------------------- pure math
 
 
+def _solve_on(Q, c, passive):
+    """The equality-constrained solution on the ``passive`` coordinates (0 elsewhere)."""
+    both = tf.logical_and(passive[:, None], passive[None, :])
+    Qp = tf.where(both, Q, tf.eye(int(Q.shape[0]), dtype=Q.dtype))
+    rhs = tf.where(passive, -c, tf.zeros_like(c))
+    s = tf.linalg.solve(Qp, rhs[:, None])[:, 0]
+    return tf.where(passive, s, tf.zeros_like(s))
+
+
+def _feasible_solution(Q, c, tol, u, passive):
+    """Lawson-Hanson's inner loop: solve on the passive set and step back towards ``u`` while a
+    passive coordinate of the solution is not positive, dropping the coordinates that reach 0."""
+    n, dtype = int(Q.shape[0]), Q.dtype
+
+    def cond(k, u, passive, done):
+        return tf.logical_and(tf.logical_not(done), k < n + 1)
+
+    def body(k, u, passive, done):
+        s = _solve_on(Q, c, passive)
+        bad = tf.logical_and(passive, s <= 0)
+        any_bad = tf.reduce_any(bad)
+
+        def accept():
+            return s, passive
+
+        def step_back():
+            infinite = tf.fill([n], tf.cast(float("inf"), dtype))
+            ratio = tf.where(bad, u / tf.where(bad, u - s, tf.ones_like(u)), infinite)
+            alpha = tf.reduce_min(ratio)
+            u_new = u + alpha * (s - u)
+            keep = tf.logical_and(passive, u_new > tol)
+            return tf.where(keep, u_new, tf.zeros_like(u_new)), keep
+
+        u_new, passive_new = tf.cond(any_bad, step_back, accept)
+        return k + 1, u_new, passive_new, tf.logical_not(any_bad)
+
+    _, u, passive, _ = tf.while_loop(cond, body, (tf.constant(0), u, passive, tf.constant(False)))
+    return u, passive
+
+
 def nonnegative_qp(Q, c, max_iterations=None):
     """Solve ``min_{u >= 0} 1/2 u^T Q u + c^T u`` for a symmetric positive definite ``Q`` [n, n].
 
@@ -63,42 +103,8 @@ def nonnegative_qp(Q, c, max_iterations=None):
     if max_iterations is None:
         max_iterations = 3 * n + 10
     dtype = Q.dtype
-    eye = tf.eye(n, dtype=dtype)
     scale = tf.reduce_max(tf.abs(c)) + tf.reduce_max(tf.abs(tf.linalg.diag_part(Q))) + 1e-300
     tol = tf.cast(1e-12, dtype) * scale
-
-    def solve_on(passive):
-        both = tf.logical_and(passive[:, None], passive[None, :])
-        Qp = tf.where(both, Q, eye)
-        rhs = tf.where(passive, -c, tf.zeros_like(c))
-        s = tf.linalg.solve(Qp, rhs[:, None])[:, 0]
-        return tf.where(passive, s, tf.zeros_like(s))
-
-    def inner(u, passive):
-        def cond(k, u, passive, done):
-            return tf.logical_and(tf.logical_not(done), k < n + 1)
-
-        def body(k, u, passive, done):
-            s = solve_on(passive)
-            bad = tf.logical_and(passive, s <= 0)
-            any_bad = tf.reduce_any(bad)
-
-            def accept():
-                return s, passive
-
-            def step_back():
-                infinite = tf.fill([n], tf.cast(float("inf"), dtype))
-                ratio = tf.where(bad, u / tf.where(bad, u - s, tf.ones_like(u)), infinite)
-                alpha = tf.reduce_min(ratio)
-                u_new = u + alpha * (s - u)
-                keep = tf.logical_and(passive, u_new > tol)
-                return tf.where(keep, u_new, tf.zeros_like(u_new)), keep
-
-            u_new, passive_new = tf.cond(any_bad, step_back, accept)
-            return k + 1, u_new, passive_new, tf.logical_not(any_bad)
-
-        _, u, passive, _ = tf.while_loop(cond, body, (tf.constant(0), u, passive, tf.constant(False)))
-        return u, passive
 
     def cond(it, u, passive, done):
         return tf.logical_and(tf.logical_not(done), it < max_iterations)
@@ -110,7 +116,7 @@ def nonnegative_qp(Q, c, max_iterations=None):
 
         def grow():
             j = tf.argmax(tf.where(candidates, w, tf.fill([n], tf.cast(-float("inf"), dtype))), output_type=tf.int32)
-            return inner(u, tf.logical_or(passive, tf.equal(tf.range(n), j)))
+            return _feasible_solution(Q, c, tol, u, tf.logical_or(passive, tf.equal(tf.range(n), j)))
 
         u_new, passive_new = tf.cond(stop, lambda: (u, passive), grow)
         return it + 1, u_new, passive_new, stop
@@ -171,15 +177,14 @@ class GEM(ContinualModel):
         tasks = config.benchmark.num_tasks
         return per_task_memory(config.method.memory_size, tasks, "gem") * tasks
 
-    def __init__(self, backbone=None, *, num_classes, num_tasks, memory_size=1000, margin=0.5, multi_head=False,
-                 **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
         T = int(num_tasks)
         self.num_tasks = T
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.margin = float(margin)
+        self.margin = float(self.settings.margin)
         self.task_classes = TaskClasses(T, self.num_classes, multi_head)
-        self.memory = TaskMemory(T, per_task_memory(memory_size, T, "gem"), self.image_shape)
+        self.memory = TaskMemory(T, per_task_memory(self.settings.memory_size, T, "gem"), self.image_shape)
         self.num_parameters = num_elements(self.network.trainable_variables)
 
     def call(self, x, training=False):
@@ -231,6 +236,3 @@ class GEM(ContinualModel):
         g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.margin), lambda: g)
         self.optimizer.apply(unflatten(g, variables), variables)
         return {"loss": loss, "violations": tf.reduce_sum(tf.cast(violated, tf.float32))}
-
-
-Method = GEM

@@ -143,9 +143,9 @@ class ICaRL(ContinualModel):
     task_free = False
     test_settings = {"memory_size": 20}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, num_tasks=None,
-                 classes_per_task=None, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, num_tasks=None, classes_per_task=None, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        memory_size = self.settings.memory_size
         if num_tasks is not None:
             check_exemplar_sets(memory_size, num_tasks * (classes_per_task or self.num_classes))
         backbone = self.default_backbone(backbone)
@@ -155,7 +155,7 @@ class ICaRL(ContinualModel):
                                       name="previous_classifier")
         self.old_network.trainable = False
         self.memory_size = int(memory_size)
-        self._replay_batch_size = replay_batch_size
+        self._replay_batch_size = self.settings.replay_batch_size
         feature_dim = int(self.feature_extractor.output_shape[-1])
         self.exemplars = ExemplarMemory(self.memory_size, self.image_shape, self.num_classes, feature_dim)
         self._features_fn = tf.function(self._features, reduce_retracing=True)
@@ -268,6 +268,3 @@ class ICaRL(ContinualModel):
         features = float32(self.feature_extractor(x, training=False))  # a mixed-precision trunk's too
         available = tf.logical_and(tf.cast(class_mask, tf.bool), ex.has_mean)
         return tf.nn.log_softmax(nearest_mean_scores(features, ex.class_means, available), axis=-1)
-
-
-Method = ICaRL

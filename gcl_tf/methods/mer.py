@@ -81,15 +81,15 @@ class MER(ContinualModel):
     tune_grid = {"train.optimizer": ["sgd"],  # plain SGD steps only
                  "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}  # the within-batch meta-learning rate
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=10, batches_per_example=10,
-                 beta=0.01, gamma=1.0, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        s = self.settings
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
-        self.replay_batch_size = min(int(replay_batch_size), int(memory_size))
-        self.batches_per_example = int(batches_per_example)
-        self.beta = float(beta)
-        self.gamma = float(gamma)
+        self.memory = ReservoirMemory(s.memory_size, self.image_shape, seed=self.seed)
+        self.replay_batch_size = min(int(s.replay_batch_size), int(s.memory_size))
+        self.batches_per_example = int(s.batches_per_example)
+        self.beta = float(s.beta)
+        self.gamma = float(s.gamma)
         self.learning_rate = None  # the SGD optimizer's, set by compile
 
     def compile(self, optimizer="sgd", **kwargs):
@@ -166,6 +166,3 @@ class MER(ContinualModel):
         for variable, value in zip(self.network.non_trainable_variables, non_trainable):
             variable.assign(value)
         return {"loss": tf.add_n(losses) / batch}
-
-
-Method = MER

@@ -51,11 +51,9 @@ class MIR(er.ER):
     supports_distribution = False
     test_settings = {"memory_size": 20, "candidates": 10}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=None, candidates=50,
-                 **common):
-        super().__init__(backbone, num_classes=num_classes, memory_size=memory_size,
-                         replay_batch_size=replay_batch_size, **common)
-        self.candidates = min(int(candidates), self.memory_size)
+    def __init__(self, backbone=None, *, num_classes, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        self.candidates = min(int(self.settings.candidates), self.memory_size)
 
     def losses(self, weights, x, y, training=False):
         """Per-sample cross-entropy [N] of the network with trainable ``weights`` (a list of tensors)."""
@@ -80,6 +78,3 @@ class MIR(er.ER):
                               self.losses(stepped, drawn["images"], drawn["labels"]), drawn["ok"])
         chosen = most_interfered(scores, min(size, self.candidates))
         return {name: tf.gather(value, chosen) for name, value in drawn.items()}
-
-
-Method = MIR

@@ -245,25 +245,23 @@ class OnPro(ContinualModel):
     augments_in_step = True  # its views are always the authors' transform (module docstring)
     test_settings = {"memory_size": 20, "rotations": 4, "projection_size": 8}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, replay_batch_size=64, replay_per_class=7,
-                 proto_temperature=0.5, instance_temperature=0.07, mixup_base_rate=0.75, mixup_p=0.6,
-                 mixup_alpha=0.4, mixup_lower=0.0, mixup_upper=0.6, rotations=16, projection_size=128,
-                 sim_lambda=0.5, weight_decay=1e-4, **common):
-        super().__init__(backbone, num_classes=num_classes, **common)
+    def __init__(self, backbone=None, *, num_classes, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        s = self.settings
         trunk = self.default_backbone(backbone)
         width = feature_size(trunk, self.image_shape)
-        self.check_shapes(width, int(projection_size), int(rotations))
+        self.check_shapes(width, int(s.projection_size), int(s.rotations))
         self.network = classifier(trunk, self.image_shape, self.num_classes)
-        self.projection = keras.layers.Dense(int(projection_size), name="projection")
+        self.projection = keras.layers.Dense(int(s.projection_size), name="projection")
         self.projection.build((None, width))
-        self.memory = ReservoirMemory(memory_size, self.image_shape, seed=self.seed)
-        self.memory_size = int(memory_size)
-        self.draw_size = min(int(replay_batch_size), self.memory_size)
-        self.rotations = int(rotations)
+        self.memory = ReservoirMemory(s.memory_size, self.image_shape, seed=self.seed)
+        self.memory_size = int(s.memory_size)
+        self.draw_size = min(int(s.replay_batch_size), self.memory_size)
+        self.rotations = int(s.rotations)
         # Classes seen (the authors' class_holder), the last step's task, each class's mean projection.
         self.seen_classes = state_variable(tf.zeros([self.num_classes], tf.int32), "seen_classes")
         self.last_task = state_variable(tf.constant(-1, tf.int32), "last_task")
-        self.class_means = state_variable(tf.zeros([self.num_classes, int(projection_size)]), "class_means")
+        self.class_means = state_variable(tf.zeros([self.num_classes, int(s.projection_size)]), "class_means")
 
     def check_shapes(self, width: int, projection_size: int, rotations: int) -> None:
         height, side = self.image_shape[0], self.image_shape[1]
@@ -395,5 +393,3 @@ class OnPro(ContinualModel):
         weight = w[:, None, None, None]
         return ((1.0 - weight) * x1 + weight * x2, pick(stored_y[:d], labels),
                 pick(stored_y[d:], tf.gather(labels, partner)), w)
-
-Method = OnPro

@@ -271,11 +271,12 @@ def precheck(args) -> None:
     method's own keys by name), ``tune.space`` (gcl_tf.tune.space.precheck_space) and the search
     folder (a worker's is its chief's, held by it)."""
     from gcl_tf import methods
-    from gcl_tf.methods import declared
+    from gcl_tf.methods import keys
     from gcl_tf.prechecks import output_folder
 
     config = config_lib.precheck(args.config, args.overrides)
-    method_keys = declared.config_keys(methods.REGISTRY[config.method.name][0])
+    declared = keys.read_config(methods.REGISTRY[config.method.name][0])
+    method_keys = None if declared is None else [f.name for f in keys.key_fields(declared)]
     precheck_space(config, args.tuner or config.tune.tuner, method_keys)
     if os.environ.get("KERASTUNER_TUNER_ID", "chief") == "chief":
         output_folder(args.output or default_output(config))
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
         plan = Search.from_file(args.config, args.overrides, tuner=args.tuner, max_trials=args.max_trials,
                                 output_dir=args.output, trial_verbose=args.verbose)
         if args.workers > 1:
-            return local.run(args, plan)
+            return local.run(args, plan, run_search)
         run_search(plan, overwrite=args.overwrite)
     except Stopped as stop:  # SIGTERM or Ctrl-C during a trial's training
         raise stop.with_hint("run the same command again (without --overwrite) to resume the search") from None

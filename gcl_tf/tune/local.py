@@ -121,12 +121,10 @@ def _raise_stopped(signum, frame):
                   f"runs again on resume)", signum)
 
 
-def run(args, plan) -> int:
+def run(args, plan, run_search) -> int:
     """Run the search ``plan`` as the chief of ``args.workers`` local workers; returns the exit
     status (a failed worker's own). The workers start once the chief holds the folder, checked
-    (and cleared for ``--overwrite``) by :func:`gcl_tf.tune.run_search`."""
-    from gcl_tf.tune import run_search
-
+    (and cleared for ``--overwrite``) by ``run_search`` (:func:`gcl_tf.tune.run_search`)."""
     plan.benchmark_for(plan.base)  # the data, once, before the workers load it
     plan.local_workers = args.workers
     port = free_port()

@@ -8,6 +8,7 @@ import math
 import os
 
 from gcl_tf import config as config_lib
+from gcl_tf import config_dicts
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
 from gcl_tf.run_layout import RESULT_NEUTRAL_KEYS, RESULTS, SEARCH_FILE
@@ -128,7 +129,7 @@ def _searched_config(config: dict, searched=()) -> dict:
     """A config dictionary without what does not change a search: its folder, its verbosity, and
     the ``searched`` dotted keys (every trial sets them, so the values they start from do not
     matter: a preset may take a search's best trial and the search still resumes)."""
-    return config_lib.without_keys(_plain(config), ["output_dir", "train.verbose", *searched])
+    return config_dicts.without_keys(_plain(config), ["output_dir", "train.verbose", *searched])
 
 
 def finished_run(folder: str, config) -> dict | None:
@@ -142,7 +143,7 @@ def finished_run(folder: str, config) -> dict | None:
     except (OSError, ValueError):
         return None
     saved = config_lib.saved_as_today(results.get("config") or {})  # a key added since took its default
-    same = not config_lib.describe_differences(_plain(saved), _plain(config.to_dict()), RESULT_NEUTRAL_KEYS)
+    same = not config_dicts.describe_differences(_plain(saved), _plain(config.to_dict()), RESULT_NEUTRAL_KEYS)
     if same and results.get("eval_split") == "validation":
         return results
     return None

@@ -117,7 +117,7 @@ def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
 
 def precheck_space(config, tuner: str, method_keys, where: str = "tune.space") -> None:
     """``config``'s ``tune.space`` checked before TensorFlow loads: ``config`` without the method's
-    own keys (gcl_tf.config.precheck), ``method_keys`` their names (gcl_tf/methods/declared.py;
+    own keys (gcl_tf.config.precheck), ``method_keys`` their names (gcl_tf/methods/keys.py;
     None: unknown). Every key's name, and the values of the run's sections' keys; a method key's
     values are checked with the method (:func:`search_space`). No space: the method's default
     grid, from its class."""

@@ -5,7 +5,8 @@
 - :mod:`.caches`: the evaluation caches (test-time noise, the memory's embeddings);
 - the graph memory (reservoir + best losses + the learned context graph): :mod:`gcl_tf.memory.graph`;
 - :mod:`.config`: its keys (``Config``: ranges, the paper's defaults);
-- :mod:`.model`: the Keras model (``GCL``, also ``Method``): construction, building blocks, training step;
+- :mod:`.model`: the Keras model (``GCL``): construction, memory estimate, building blocks;
+- :mod:`.training`: its training step in named parts (a mixin of ``GCL``);
 - :mod:`.prediction`: its predictions and evaluation caches (a mixin of ``GCL``).
 """
 from gcl_tf.memory import GraphMemory, step_seed
@@ -34,7 +35,7 @@ from gcl_tf.methods.gcl.graph import (
     squared_distances,
     update_edge_memory,
 )
-from gcl_tf.methods.gcl.model import GCL, Method
+from gcl_tf.methods.gcl.model import GCL
 
 __all__ = [
     "step_seed",
@@ -67,5 +68,4 @@ __all__ = [
     "GraphMemory",
     "Config",
     "GCL",
-    "Method",
 ]

@@ -89,9 +89,6 @@ class Config(MemoryMethodConfig):
     # kernel per op, for platforms without XLA).
     fuse_regularizer: bool = True
 
-    def check(self, config):
-        self.check_settings()
-
     def check_settings(self, section: str = "method"):
         """The rules between the method's own keys (``section``: how errors name them)."""
         for k in self.also_test_graph_samples:

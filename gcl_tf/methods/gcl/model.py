@@ -10,8 +10,9 @@ a graph regulariser: contexts whose loss rose above their best keep their stored
 Shapes: ``M`` memory capacity (always ``[M, ...]`` with a fill mask), ``T`` targets per batch,
 ``H`` hidden size, ``K`` classes. Notation follows docs/gcl.md.
 
-This module holds the model's construction, its building blocks (embeddings, aggregation,
-classification) and the training step; its predictions and evaluation caches are
+This module holds the model's construction, its memory estimate and its building blocks
+(embeddings, aggregation, classification, the contexts' images); its training step is
+:class:`~gcl_tf.methods.gcl.training.Training`'s and its predictions and evaluation caches are
 :class:`~gcl_tf.methods.gcl.prediction.Prediction`'s, mixed in.
 """
 from __future__ import annotations
@@ -21,36 +22,24 @@ import math
 import keras
 import tensorflow as tf
 
-from gcl_tf import salts
 from gcl_tf.backbones import feature_size, mlp
-from gcl_tf.distribute import all_gather, all_mean, apply_if, gather_in_order, num_replicas, replica_id
-from gcl_tf.memory import GraphMemory, sample_without_replacement, scatter_update, state_variable, step_seed
-from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits, present_classes
+from gcl_tf.memory import GraphMemory, state_variable
+from gcl_tf.methods.base import ContinualModel
 from gcl_tf.methods.gcl.caches import ContextCache
-from gcl_tf.methods.gcl.config import Config
+from gcl_tf.methods.gcl.config import Config  # noqa: F401 - GCL's keys: a method class's module holds its Config
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
-    context_graph_regularizer,
-    context_graph_regularizer_fused,
-    edge_logits,
-    expected_graph,
-    kernel_factors,
-    logistic_noise,
-    logit_of_exp,
-    median_kernel_width,
-    median_squared_distance,
     normalize_embeddings,
-    normalize_rows,
-    regularized_contexts,
-    replaced_source_index,
-    sampled_graph,
-    update_edge_memory,
 )
 from gcl_tf.methods.gcl.prediction import Prediction
+from gcl_tf.methods.gcl.training import Training
+from gcl_tf.methods.hooks import FLOAT32
 from gcl_tf.precision import float32
 
+STEP_GRAPH_TENSORS = 3  # kernel, edge logits, sampled graph: [k + B, k] each, all alive for the gradient
 
-class GCL(Prediction, ContinualModel):
+
+class GCL(Training, Prediction, ContinualModel):
     """GCL as a Keras model; ``train_step`` is the whole online update.
 
     ``backbone``: the shared trunk (images -> non-negative features, e.g. ending in a ReLU; None:
@@ -63,30 +52,22 @@ class GCL(Prediction, ContinualModel):
 
     supports_distribution = True
     augments_in_step = True
-    former_defaults = Config.former_defaults  # a learner saved before lacks these keys (LearnerSaving.from_config)
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
     tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
                  "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
                  "method.target_temperature": [0.1, 0.3, 1.0, 5.0, 10.0]}
 
-    def __init__(self, backbone=None, *, num_classes, memory_size=1000, hidden_size=256, context_lambda=1.0,
-                 graph_lambda=50.0, regularize_below=1.0, kernel="rbf", kernel_width="median", kernel_start_edge=0.1,
-                 context_temperature=1.0,
-                 target_temperature=5.0, test_temperature=0.1, test_graph_samples=30, also_test_graph_samples=[],
-                 own_latent=True, target_loss="present", stochastic_graphs=True, edge_memory="matrix",
-                 context_batch=None,
-                 regularize_self_pairs=True, fuse_regularizer=True, augment_contexts=True, input_shape=None, seed=0,
-                 batch_size=None, eval_batch_size=None, augment="none", name="gcl"):
-        super().__init__(backbone, num_classes=num_classes, input_shape=input_shape, seed=seed,
-                         batch_size=batch_size, eval_batch_size=eval_batch_size, augment=augment, name=name)
-        self.augment_contexts = bool(augment_contexts)
-        self.context_lambda, self.graph_lambda = float(context_lambda), float(graph_lambda)
-        self.regularize_below = None if regularize_below is None else float(regularize_below)
-        self.context_temperature, self.target_temperature = float(context_temperature), float(target_temperature)
-        self.test_temperature, self.test_graph_samples = float(test_temperature), int(test_graph_samples)
-        self.also_test_graph_samples = tuple(int(k) for k in also_test_graph_samples)
-        self.stochastic_graphs, self.fuse_regularizer = bool(stochastic_graphs), bool(fuse_regularizer)
-        self.regularize_self_pairs = bool(regularize_self_pairs)
+    def __init__(self, backbone=None, *, num_classes, hidden_size=256, **keys):
+        super().__init__(backbone, num_classes=num_classes, **keys)
+        s = self.settings
+        self.augment_contexts = bool(s.augment_contexts)
+        self.context_lambda, self.graph_lambda = float(s.context_lambda), float(s.graph_lambda)
+        self.regularize_below = None if s.regularize_below is None else float(s.regularize_below)
+        self.context_temperature, self.target_temperature = float(s.context_temperature), float(s.target_temperature)
+        self.test_temperature, self.test_graph_samples = float(s.test_temperature), int(s.test_graph_samples)
+        self.also_test_graph_samples = tuple(int(k) for k in s.also_test_graph_samples)
+        self.stochastic_graphs, self.fuse_regularizer = bool(s.stochastic_graphs), bool(s.fuse_regularizer)
+        self.regularize_self_pairs = bool(s.regularize_self_pairs)
         hidden = int(hidden_size)
         self.hidden_size = hidden
         self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
@@ -103,31 +84,29 @@ class GCL(Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
-        self.target_loss = target_loss  # all (the paper) or present (checked against Config with the other keys)
+        self.target_loss = s.target_loss  # all (the paper) or present
         # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
-        self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if own_latent else None
+        self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if s.own_latent else None
         if self.own_head is not None:
             self.own_head.build((None, hidden))
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
         # authors'; median: sqrt(H) until the first step with contexts sets it from the median
         # squared distance, :func:`median_kernel_width`).
-        if kernel not in ("rbf", "normalized"):
-            raise ValueError(f"kernel: {kernel!r} is not allowed; allowed: 'rbf', 'normalized'")
-        self.kernel_type = kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
-        self.width_from_median = kernel_width == "median"
-        self.kernel_start_edge = float(kernel_start_edge)
-        width = math.sqrt(hidden) if kernel_width is None or self.width_from_median else float(kernel_width)
+        self.kernel_type = s.kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
+        self.width_from_median = s.kernel_width == "median"
+        self.kernel_start_edge = float(s.kernel_start_edge)
+        width = math.sqrt(hidden) if s.kernel_width is None or self.width_from_median else float(s.kernel_width)
         self.kernel_log_scale = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(width)),
             name="kernel_log_scale", trainable=True,
         )
         # Whether the median heuristic has set the kernel's width (saved: a resumed run keeps it).
         self.kernel_width_set = state_variable(tf.constant(False), "kernel_width_set")
-        self.memory = GraphMemory(memory_size, self.image_shape, seed=self.seed, edge_memory=edge_memory,
+        self.memory = GraphMemory(s.memory_size, self.image_shape, seed=self.seed, edge_memory=s.edge_memory,
                                   embedding_size=hidden)
-        self.capacity = int(memory_size)
+        self.capacity = int(s.memory_size)
         # Contexts attended to per step: the whole memory, or context_batch of them.
-        self.num_contexts = context_batch or self.capacity
+        self.num_contexts = s.context_batch or self.capacity
         self._test_noise = None
         self._warned_of_task = None  # the task after which GCL said it did not learn (on_task_end)
         if self.eval_batch_size is not None:
@@ -135,6 +114,36 @@ class GCL(Prediction, ContinualModel):
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
         one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
         self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
+
+    # -------------------------------------------------------------- the memory estimate
+    @classmethod
+    def memory_buffers(cls, config) -> list:
+        """The learned context graph ([M, M] edge logits, or [M, H] edge embeddings), the graphs of
+        a training step ([k + B, k] for k contexts: the kernel, the edge logits and the sampled
+        graph, all kept for the gradient) and the test-time graph noise ([S, N, M]: drawn for each
+        evaluation batch, kept when it fits TEST_NOISE_CACHE_BYTES), in bytes."""
+        method, memory, hidden = config.method, int(config.method.memory_size), int(config.model.hidden_size)
+        if method.edge_memory == "matrix":
+            graph = (f"the [{memory}, {memory}] edge matrix", memory * memory * FLOAT32)
+        else:
+            graph = (f"the [{memory}, {hidden}] edge embeddings", memory * hidden * FLOAT32)
+        k = method.context_batch or memory
+        rows, n = k + int(config.train.batch_size), STEP_GRAPH_TENSORS
+        buffers = [graph, (f"a training step's graphs ({n} x [{rows}, {k}])", n * rows * k * FLOAT32)]
+        if method.stochastic_graphs:
+            shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
+            buffers.append((f"the test graphs' noise [{', '.join(map(str, shape))}]", math.prod(shape) * FLOAT32))
+        return buffers
+
+    @classmethod
+    def memory_advice(cls, config) -> str:
+        method = config.method
+        if method.edge_memory == "matrix":
+            return ("set method.edge_memory: embeddings with method.context_batch (e.g. 1000), which make the graph "
+                    "linear in the memory, or lower method.memory_size")
+        if method.context_batch is None:
+            return "set method.context_batch (e.g. 1000) or lower method.memory_size"
+        return "lower method.context_batch, eval.batch_size or method.memory_size"
 
     # -------------------------------------------------------------- building blocks
     def embed(self, images, training):
@@ -214,19 +223,7 @@ class GCL(Prediction, ContinualModel):
         """Logits of one test-time graph sample (``predict_log_probs`` averages many)."""
         return self.predict_log_probs(x, tf.ones([self.num_classes], tf.bool), samples=1)
 
-    # -------------------------------------------------------------- training
-    def select_contexts(self):
-        """The memory slots attended to this step: ``(slots [k] int32, valid [k] bool)``.
-
-        The whole memory (k = M, valid = filled), or ``context_batch`` slots drawn uniformly
-        without replacement among the filled ones. Valid entries always come first.
-        """
-        filled = self.memory.filled()
-        if self.num_contexts == self.capacity:
-            return tf.range(self.capacity, dtype=tf.int32), filled
-        seed = step_seed(self.seed, self.step_counter, salts.CONTEXT_BATCH)
-        return sample_without_replacement(filled, self.num_contexts, seed)
-
+    # -------------------------------------------------------------- the memory's images
     def context_images(self, slots, valid, fallback=None):
         """Images of the context slots [k, ...]. Invalid entries repeat valid ones, or the
         ``fallback`` images while nothing is valid (the first batch), so that BatchNorm statistics
@@ -249,192 +246,3 @@ class GCL(Prediction, ContinualModel):
     def _context_images(self):
         """All M memory images (unfilled slots repeat filled ones)."""
         return self.context_images(tf.range(self.capacity, dtype=tf.int32), self.memory.filled())
-
-    def training_noise(self, k, T, seed):
-        """The logistic noise of one training graph [k + T, k].
-
-        On R replicas it is drawn for the global batch (k + R T rows) and each replica takes the
-        rows of its own targets: the graphs of a single-device run, sliced.
-        """
-        replicas = num_replicas()
-        noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
-        if replicas > 1:
-            rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
-            noise = tf.gather(noise, rows)
-        return noise
-
-    def sample_training_graph(self, log_k, seed):
-        """Edge logits E and one relaxed-Bernoulli sample of the raw training graph, from the log
-        kernel [k + T, k] (rows: contexts (G), then targets (A)), with the context and target
-        temperatures: ``(E, graph)`` [k + T, k], the contexts' self-edges removed, not masked,
-        not normalised."""
-        k = log_k.shape[1]
-        T = log_k.shape[0] - k
-        if not self.stochastic_graphs:
-            return expected_graph(log_k)
-        inverse_temperature = tf.concat(
-            [tf.fill([k, 1], 1.0 / self.context_temperature), tf.fill([T, 1], 1.0 / self.target_temperature)], axis=0
-        )  # [k + T, 1]
-        return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
-
-    def training_graph(self, log_k, valid, seed):
-        """The sampled training graph as the paper writes it: self-edges of contexts and invalid
-        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the sample
-        and normalises after the GEMM, :meth:`aggregate`: the same Z.)"""
-        return normalize_rows(self.sample_training_graph(log_k, seed)[1], valid[None, :])
-
-    def stored_edge_logits(self, slots):
-        """The stored context-graph logits between the context slots [k, k] (no gradient)."""
-        memory = self.memory
-        if memory.edge_memory == "matrix":
-            if self.num_contexts == self.capacity:
-                return memory.edge_logits.read_value()
-            return tf.gather(tf.gather(memory.edge_logits, slots), slots, axis=1)
-        stored = tf.gather(memory.edge_embeddings, slots)  # [k, H]
-        return tf.stop_gradient(edge_logits(stored, stored, self.kernel_log_scale))
-
-    def training_forward(self, x, y, slots=None, valid=None, present=None):
-        """The differentiable part of a step (run it under a GradientTape).
-
-        ``slots, valid`` are the contexts (default: :meth:`select_contexts`); ``present`` [K] bool,
-        with ``target_loss: present``, the classes of the whole incoming batch (default: those of
-        ``y``, the batch of one device) over which the targets' cross-entropy is. Returns the loss,
-        its terms, the edge embeddings ``u`` [k + T, H] and logits between all images
-        [k + T, k + T] (contexts first), the per-context cross-entropies [k] and the
-        regularised-context mask m [k].
-        """
-        if slots is None:
-            slots, valid = self.select_contexts()
-        k = slots.shape[0]
-        context_labels = tf.gather(self.memory.labels, slots)
-        seed = step_seed(self.seed, self.step_counter, salts.TRAIN_GRAPH)
-        contexts = self.context_images(slots, valid, fallback=x)
-        if self.augment_contexts:  # (augment: none returns the images as given)
-            contexts = self.augmented(contexts, salts.SECOND_AUGMENT)
-        u, latents = self.embed_step(contexts, self.augmented(x))  # [k + T, H] each
-        rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
-        context_cols, target_cols = tf.split(cols, [k, x.shape[0]])  # (splits: their gradient is one concat)
-        log_k = tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
-        logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
-        values = self.context_values(tf.split(latents, [k, x.shape[0]])[0], context_labels, valid)  # [k, H + K + 1]
-        out = self.classify(graph, values, self.own_logits(latents))  # [k + T, K]
-        context_out, target_out = tf.split(out, [k, x.shape[0]])
-        context_ce = cross_entropy(context_labels, context_out)  # [k]
-        if self.target_loss == "present":  # ER-ACE's asymmetric cross-entropy for the incoming batch
-            present = present_classes(y, self.num_classes) if present is None else present
-            target_out = mask_logits(target_out, present)
-        target_ce = cross_entropy(y, target_out)  # [T]
-        valid_f = tf.cast(valid, tf.float32)
-        num_valid = tf.maximum(tf.reduce_sum(valid_f), 1.0)
-        context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
-        target_loss = tf.reduce_mean(target_ce)
-        best = tf.gather(self.memory.best_loss, slots)
-        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.regularize_below)  # m_i
-        regularizer = context_graph_regularizer_fused if self.fuse_regularizer else context_graph_regularizer
-        graph_loss = regularizer(logits_e, self.stored_edge_logits(slots), regularized, self.regularize_self_pairs)
-        context_terms = self.context_lambda * context_loss + self.graph_lambda * graph_loss
-        loss = target_loss + context_terms
-        # Gradients are summed over replicas: each weighs its targets by its share of the global
-        # batch and the (replicated) context terms by 1 / R.
-        # The first batch only fills the memory: with no context to attend to, nothing is learned.
-        learning = tf.cast(tf.reduce_any(valid), tf.float32)
-        replicas = num_replicas()
-        return {
-            "loss": loss * learning,
-            "replica_loss": learning * (target_loss + context_terms) / replicas,
-            "target_loss": target_loss * learning,
-            "context_loss": context_loss,
-            "graph_loss": graph_loss,
-            "regularized_fraction": tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid,
-            "embeddings": u,
-            "kernel_log_scale": tf.identity(self.kernel_log_scale),  # as read before the update
-            # logits between all images for the edge memory (no gradient), in two blocks of
-            # columns: to the contexts [k + T, k] and to the targets [k + T, T]
-            "edge_logits": logits_e,
-            "target_edge_logits": logit_of_exp(tf.matmul(rows, target_cols, transpose_b=True)),
-            "context_ce": context_ce,
-            "regularized": regularized,
-        }
-
-    _LOGGED = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
-
-    def learn(self, x, y):
-        memory = self.memory
-        slots, valid = self.select_contexts()  # [k]
-        replicas = num_replicas()
-        # Under a strategy every replica must launch its collectives in the same order: the
-        # global batch is gathered first, the gradients are reduced, then the memory inputs.
-        stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
-        with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
-            present = present_classes(stream_y, self.num_classes) if self.target_loss == "present" else None
-            out = self.training_forward(x, y, slots, valid, present)
-        # The first batch has no valid context and a zero loss: it only fills the memory, and the
-        # optimizer skips the step whole (the authors' code does not step it), so its step count
-        # does not advance and the first update is Adam's step 1.
-        self.apply_gradients_if(tf.reduce_any(valid), tape, out["replica_loss"])
-        logs = {name: out[name] for name in self._LOGGED}
-        embeddings = tf.stop_gradient(out["embeddings"])
-        logits, target_logits = tf.stop_gradient(out["edge_logits"]), tf.stop_gradient(out["target_edge_logits"])
-        context_ce, regularized = tf.stop_gradient(out["context_ce"]), out["regularized"]
-        best = tf.gather(memory.best_loss, slots)
-        x, y = stream_x, stream_y
-        if replicas > 1:  # every replica applies the same update, from the global batch
-            k = slots.shape[0]
-            with tf.control_dependencies([self.optimizer.iterations.value]):  # after the update
-                shared = all_mean(tf.concat([context_ce[:, None], embeddings[:k]], axis=1))  # [k, 1 + H]
-            with tf.control_dependencies([shared]):
-                target_embeddings = all_gather(embeddings[k:])  # [R T, H]
-            context_ce = shared[:, 0]
-            regularized = regularized_contexts(valid, best, context_ce, self.regularize_below)
-            embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
-            scale = tf.stop_gradient(out["kernel_log_scale"])  # the forward pass's, not the updated one
-            all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
-            logits, target_logits = all_logits[:, :k], all_logits[:, k:]
-        if self.width_from_median:  # once, at the first step with contexts: the median heuristic
-            k = slots.shape[0]
-            width = tf.cond(self.kernel_width_set, lambda: tf.constant(0.0),  # computed until it is set
-                            lambda: median_squared_distance(embeddings[:k], valid))
-            now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
-            width = median_kernel_width(width, self.kernel_start_edge)
-            self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
-            self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
-        # Best context losses: min with this step's, for the contexts attended to.
-        scatter_update(memory.best_loss, slots[:, None], tf.where(valid, tf.minimum(best, context_ce), best))
-        # Reservoir insertion of the targets, with the edge memory and the reset of the best
-        # loss of replaced slots.
-        new_slots = memory.reservoir_slots(x.shape[0])  # [T], -1: not stored
-        if memory.edge_memory == "matrix":
-            memory.edge_logits.assign(update_edge_memory(memory.edge_logits, logits, target_logits, regularized,
-                                                       new_slots))
-        else:
-            self._update_edge_embeddings(embeddings, slots, valid, regularized, new_slots)
-        _, replaced = replaced_source_index(new_slots, self.capacity)
-        memory.best_loss.assign(tf.where(replaced, math.inf, memory.best_loss))
-        memory.write(new_slots, x, y)
-        return logs
-
-    def apply_gradients_if(self, condition, tape, loss):
-        """:meth:`apply_gradients` when ``condition`` holds; otherwise no optimizer update at all
-        (no step counted, no weight decay or moment changed). The gradients are taken outside
-        the condition, the loss scaled as :meth:`apply_gradients` scales it (mixed_float16)."""
-        variables = self.trainable_variables
-        scale = None
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            scale = tf.cast(self.optimizer.scale_loss(tf.ones_like(loss, tf.float32)), loss.dtype)
-        grads = tape.gradient(loss, variables, output_gradients=scale)
-        apply_if(condition, self.optimizer.apply, grads, variables)
-        return grads
-
-    def _update_edge_embeddings(self, embeddings, slots, valid, regularized, new_slots):
-        """Linear edge memory: a context at a new low stores its current edge embedding; a new
-        sample stores its own (the rules of the matrix store, per slot instead of per pair)."""
-        k = slots.shape[0]
-        refresh = tf.logical_and(valid, tf.logical_not(regularized))  # [k]
-        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(slots, refresh)[:, None],
-                       tf.boolean_mask(embeddings[:k], refresh))
-        stored = new_slots >= 0
-        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(new_slots, stored)[:, None],
-                       tf.boolean_mask(embeddings[k:], stored))
-
-
-Method = GCL

@@ -1,5 +1,6 @@
-"""Continual benchmarks for the Python API: a sequence of tasks, each with ``.train`` and ``.test``
-``tf.data`` datasets of ``(images, labels)`` batches (uint8 images, int32 labels).
+"""Continual benchmarks for the Python API, ``gcl_tf.benchmarks``: a sequence of tasks
+(:class:`gcl_tf.data.Task`), each with ``.train`` and ``.test`` ``tf.data`` datasets of
+``(images, labels)`` batches (uint8 images, int32 labels).
 
     stream = gcl_tf.benchmarks.permuted(gcl_tf.data.load("digits"), num_tasks=3)
     for task in stream:
@@ -12,52 +13,10 @@ the same training order. ``data`` is a dataset from :func:`gcl_tf.data.load` or 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Optional
 
-import numpy as np
-
-
-@dataclass
-class Task:
-    """One task of a stream: ``train`` (its training batches, in stream order, all epochs),
-    ``test`` (its test batches) and, with a ``validation_fraction``, ``validation`` (batches held
-    out of its training data), as ``tf.data.Dataset`` of ``(images, labels)``."""
-
-    index: int
-    classes: np.ndarray  # the labels of the task's samples
-    description: str
-    data: object  # gcl_tf.data.Task: the task's arrays
-    batch_size: int
-    eval_batch_size: int
-    epochs: int
-    seed: int
-
-    @property
-    def train(self):
-        from gcl_tf.data.streams import train_dataset
-
-        return train_dataset(self.data.train, self.batch_size, self.epochs, self.seed, self.index)[0]
-
-    @property
-    def test(self):
-        return self._eval_dataset("test")
-
-    @property
-    def validation(self):
-        """The task's validation batches: samples held out of its training data (the stream's
-        ``validation_fraction``); for tuning, so that the test split is never read."""
-        if self.data.validation is None:
-            raise ValueError(f"task {self.index} has no validation split: pass validation_fraction > 0 "
-                             "to the stream (e.g. gcl_tf.benchmarks.split(data, validation_fraction=0.1))")
-        return self._eval_dataset("validation")
-
-    def _eval_dataset(self, split_name):
-        import tensorflow as tf
-
-        split = self.data.eval_data(split_name)
-        return tf.data.Dataset.from_tensor_slices((split.images, split.labels.astype(np.int32))).batch(
-            self.eval_batch_size)
+from gcl_tf.data.protocols import Batching, Task
 
 
 class Stream:
@@ -70,10 +29,10 @@ class Stream:
         self.benchmark = benchmark
         self.input_shape = benchmark.input_shape
         self.num_classes = benchmark.num_classes
-        self.tasks = [Task(t.index, t.classes, t.description, t, batch_size, eval_batch_size, epochs, seed)
-                      for t in benchmark.tasks]
+        batching = Batching(batch_size, eval_batch_size, epochs, seed)
+        self.tasks = [dataclasses.replace(t, batching=batching) for t in benchmark.tasks]
         for task in benchmark.tasks:  # every task has a batch
-            task_steps_per_epoch(len(task.train), batch_size, task.index)
+            task_steps_per_epoch(len(task.train_data), batch_size, task.index)
 
     def __iter__(self):
         return iter(self.tasks)

@@ -1,10 +1,14 @@
-"""How the suite's tables print numbers: a mean ± std cell, a paired difference, Markdown and CSV."""
+"""A table's cells and files: mean ± std over seeds, paired changes, Markdown and CSV text."""
 from __future__ import annotations
 
 import csv
 import io
 
 import numpy as np
+
+from gcl_tf.benchmark import layout
+
+METRICS = (("acc", "ACC (↑)"), ("fgt", "FGT (↓)"))
 
 
 def fmt(mean: float, std: float, n: int, full_n: int | None = None, show_n: bool = False) -> str:
@@ -43,3 +47,9 @@ def fmt_change(mean: float, se: float, n: int) -> str:
     if not np.isfinite(se):
         return f"{mean:+.2f} (1 seed)"
     return f"{mean:+.2f} ± {se:.2f} (s.e., {n} seeds)"
+
+
+def change_vs_full(full: list, runs: list, key: str) -> tuple[float, float, int]:
+    """A variant's change of ``key`` against full GCL, paired by seed (the seeds both ran)."""
+    by_seed = {r.seed: r.results.get(key) for r in full}
+    return layout.paired_difference([(by_seed[r.seed], r.results.get(key)) for r in runs if r.seed in by_seed])

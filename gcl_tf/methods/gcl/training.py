@@ -1,0 +1,279 @@
+"""GCL's training step, in the named parts of docs/gcl.md ("The step", "Loss", "Memory update after
+each step"), a mixin of :class:`~gcl_tf.methods.gcl.model.GCL`.
+
+:meth:`Training.learn` is the whole online update:
+
+1. :meth:`~Training.select_contexts`: the memory slots attended to (C of docs/gcl.md);
+2. :meth:`~Training.training_forward`, under the tape: the embeddings u and l of contexts and
+   targets, the log kernel (:meth:`~Training.log_kernel`), the edge logits E and one relaxed
+   Bernoulli graph (:meth:`~Training.sample_training_graph`), the logits along it
+   (:meth:`~Training.graph_logits`), the cross-entropies (:meth:`~Training.cross_entropies`) and
+   the graph regulariser L_G over the held contexts (:meth:`~Training.graph_regularization`);
+3. the optimizer's update, skipped whole while no context is valid (the first batch);
+4. the edges the memory keeps (:meth:`~Training.stored_edges`: over all replicas' targets under a
+   strategy), the kernel width from the median once (:meth:`~Training.set_width_from_median`), and
+   the memory's update (:meth:`~Training.update_memory`: best losses, reservoir insertion, edges).
+
+Shapes: ``k`` contexts, ``T`` targets per batch, ``H`` hidden size, ``K`` classes.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from gcl_tf import salts
+from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
+from gcl_tf.memory import sample_without_replacement, scatter_update, step_seed
+from gcl_tf.methods.base import cross_entropy, mask_logits, present_classes
+from gcl_tf.methods.gcl.graph import (
+    context_graph_regularizer,
+    context_graph_regularizer_fused,
+    edge_logits,
+    expected_graph,
+    kernel_factors,
+    logistic_noise,
+    logit_of_exp,
+    median_kernel_width,
+    median_squared_distance,
+    normalize_rows,
+    regularized_contexts,
+    replaced_source_index,
+    sampled_graph,
+    update_edge_memory,
+)
+
+
+class Edges(NamedTuple):
+    """What a step's forward pass gives the memory's update (no gradient flows back from it)."""
+
+    embeddings: tf.Tensor  # u [k + T, H], contexts first
+    kernel_log_scale: tf.Tensor  # s as the forward pass read it (before the update)
+    to_contexts: tf.Tensor  # edge logits E [k + T, k]
+    to_targets: tf.Tensor  # edge logits [k + T, T] (a new sample's edges to the others)
+    context_ce: tf.Tensor  # c_i [k], each context's cross-entropy
+    regularized: tf.Tensor  # m_i [k] bool, the contexts held by L_G
+
+
+class Forward(NamedTuple):
+    """:meth:`Training.training_forward`'s answer: the loss terms to log, this replica's share of
+    the loss (what the gradients are of) and the edges for the memory."""
+
+    logs: dict  # loss, target_loss, context_loss, graph_loss, regularized_fraction
+    replica_loss: tf.Tensor
+    edges: Edges
+
+
+class Training:
+    """GCL's training step (see the module docstring)."""
+
+    # -------------------------------------------------------------- the contexts
+    def select_contexts(self):
+        """The memory slots attended to this step: ``(slots [k] int32, valid [k] bool)``.
+
+        The whole memory (k = M, valid = filled), or ``context_batch`` slots drawn uniformly
+        without replacement among the filled ones. Valid entries always come first.
+        """
+        filled = self.memory.filled()
+        if self.num_contexts == self.capacity:
+            return tf.range(self.capacity, dtype=tf.int32), filled
+        seed = step_seed(self.seed, self.step_counter, salts.CONTEXT_BATCH)
+        return sample_without_replacement(filled, self.num_contexts, seed)
+
+    # -------------------------------------------------------------- the graph (docs/gcl.md, steps 3-6)
+    def log_kernel(self, u, k: int):
+        """The RBF kernel's factors and its log between every image and the contexts:
+        ``(rows [k + T, H + 2], target columns [T, H + 2], log k [k + T, k])`` (rows: contexts
+        (G), then targets (A); the target columns give the targets' own edges, for the memory)."""
+        rows, cols = kernel_factors(u, self.kernel_log_scale)  # [k + T, H + 2] each
+        context_cols, target_cols = tf.split(cols, [k, u.shape[0] - k])  # (splits: their gradient is one concat)
+        return rows, target_cols, tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
+
+    def training_noise(self, k, T, seed):
+        """The logistic noise of one training graph [k + T, k].
+
+        On R replicas it is drawn for the global batch (k + R T rows) and each replica takes the
+        rows of its own targets: the graphs of a single-device run, sliced.
+        """
+        replicas = num_replicas()
+        noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
+        if replicas > 1:
+            rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
+            noise = tf.gather(noise, rows)
+        return noise
+
+    def sample_training_graph(self, log_k, seed):
+        """Edge logits E and one relaxed-Bernoulli sample of the raw training graph, from the log
+        kernel [k + T, k] (rows: contexts (G), then targets (A)), with the context and target
+        temperatures: ``(E, graph)`` [k + T, k], the contexts' self-edges removed, not masked,
+        not normalised."""
+        k = log_k.shape[1]
+        T = log_k.shape[0] - k
+        if not self.stochastic_graphs:
+            return expected_graph(log_k)
+        inverse_temperature = tf.concat(
+            [tf.fill([k, 1], 1.0 / self.context_temperature), tf.fill([T, 1], 1.0 / self.target_temperature)], axis=0
+        )  # [k + T, 1]
+        return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
+
+    def training_graph(self, log_k, valid, seed):
+        """The sampled training graph as the paper writes it: self-edges of contexts and invalid
+        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the sample
+        and normalises after the GEMM, :meth:`aggregate`: the same Z.)"""
+        return normalize_rows(self.sample_training_graph(log_k, seed)[1], valid[None, :])
+
+    def stored_edge_logits(self, slots):
+        """The stored context-graph logits between the context slots [k, k] (no gradient)."""
+        memory = self.memory
+        if memory.edge_memory == "matrix":
+            if self.num_contexts == self.capacity:
+                return memory.edge_logits.read_value()
+            return tf.gather(tf.gather(memory.edge_logits, slots), slots, axis=1)
+        stored = tf.gather(memory.edge_embeddings, slots)  # [k, H]
+        return tf.stop_gradient(edge_logits(stored, stored, self.kernel_log_scale))
+
+    # -------------------------------------------------------------- the loss (docs/gcl.md, steps 7-8, "Loss")
+    def graph_logits(self, graph, latents, context_labels, valid, k: int):
+        """Logits of the contexts [k, K] and of the targets [T, K]: Z = normalised graph @ V,
+        then the output head on ReLU(Z) (plus the own head's term, with ``own_latent``)."""
+        values = self.context_values(tf.split(latents, [k, latents.shape[0] - k])[0], context_labels, valid)
+        out = self.classify(graph, values, self.own_logits(latents))  # [k + T, K]
+        return tf.split(out, [k, latents.shape[0] - k])
+
+    def cross_entropies(self, context_out, target_out, context_labels, y, valid, present):
+        """``(c [k], L_C, L_T, valid contexts)``: each context's cross-entropy, their mean over the
+        valid contexts and the targets' mean (over the classes ``present``, with ``target_loss:
+        present``: ER-ACE's asymmetric cross-entropy for the incoming batch)."""
+        context_ce = cross_entropy(context_labels, context_out)  # [k]
+        if self.target_loss == "present":  # ER-ACE's asymmetric cross-entropy for the incoming batch
+            present = present_classes(y, self.num_classes) if present is None else present
+            target_out = mask_logits(target_out, present)
+        target_ce = cross_entropy(y, target_out)  # [T]
+        valid_f = tf.cast(valid, tf.float32)
+        num_valid = tf.maximum(tf.reduce_sum(valid_f), 1.0)
+        context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
+        return context_ce, context_loss, tf.reduce_mean(target_ce), num_valid
+
+    def graph_regularization(self, logits_e, slots, valid, context_ce):
+        """``(m [k], L_G)``: the contexts held (their loss rose above their best, under
+        ``regularize_below``) and the graph regulariser between their current and stored edges."""
+        best = tf.gather(self.memory.best_loss, slots)
+        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.regularize_below)  # m_i
+        regularizer = context_graph_regularizer_fused if self.fuse_regularizer else context_graph_regularizer
+        return regularized, regularizer(logits_e, self.stored_edge_logits(slots), regularized,
+                                        self.regularize_self_pairs)
+
+    def training_forward(self, x, y, slots=None, valid=None, present=None) -> Forward:
+        """The differentiable part of a step (run it under a GradientTape).
+
+        ``slots, valid`` are the contexts (default: :meth:`select_contexts`); ``present`` [K] bool,
+        with ``target_loss: present``, the classes of the whole incoming batch (default: those of
+        ``y``, the batch of one device) over which the targets' cross-entropy is. Returns the
+        :class:`Forward`: the loss terms, this replica's share of the loss and the :class:`Edges`.
+        """
+        if slots is None:
+            slots, valid = self.select_contexts()
+        k = slots.shape[0]
+        context_labels = tf.gather(self.memory.labels, slots)
+        seed = step_seed(self.seed, self.step_counter, salts.TRAIN_GRAPH)
+        contexts = self.context_images(slots, valid, fallback=x)
+        if self.augment_contexts:  # (augment: none returns the images as given)
+            contexts = self.augmented(contexts, salts.SECOND_AUGMENT)
+        u, latents = self.embed_step(contexts, self.augmented(x))  # [k + T, H] each
+        rows, target_cols, log_k = self.log_kernel(u, k)
+        logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
+        context_out, target_out = self.graph_logits(graph, latents, context_labels, valid, k)
+        context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
+            context_out, target_out, context_labels, y, valid, present)
+        regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
+        context_terms = self.context_lambda * context_loss + self.graph_lambda * graph_loss
+        loss = target_loss + context_terms
+        # Gradients are summed over replicas: each weighs its targets by its share of the global
+        # batch and the (replicated) context terms by 1 / R.
+        # The first batch only fills the memory: with no context to attend to, nothing is learned.
+        learning = tf.cast(tf.reduce_any(valid), tf.float32)
+        logs = {"loss": loss * learning}
+        replica_loss = learning * (target_loss + context_terms) / num_replicas()
+        logs.update(target_loss=target_loss * learning, context_loss=context_loss, graph_loss=graph_loss,
+                    regularized_fraction=tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid)
+        # logits between all images for the edge memory (no gradient), in two blocks of columns:
+        # to the contexts [k + T, k] and to the targets [k + T, T]
+        edges = Edges(u, tf.identity(self.kernel_log_scale), logits_e,  # the scale as read before the update
+                      logit_of_exp(tf.matmul(rows, target_cols, transpose_b=True)), context_ce, regularized)
+        return Forward(logs, replica_loss, edges)
+
+    # -------------------------------------------------------------- the update (docs/gcl.md, "Memory update")
+    def learn(self, x, y):
+        slots, valid = self.select_contexts()  # [k]
+        # Under a strategy every replica must launch its collectives in the same order: the
+        # global batch is gathered first, the gradients are reduced, then the memory inputs.
+        stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
+        with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
+            present = present_classes(stream_y, self.num_classes) if self.target_loss == "present" else None
+            out = self.training_forward(x, y, slots, valid, present)
+        # The first batch has no valid context and a zero loss: it only fills the memory, and the
+        # optimizer skips the step whole (the authors' code does not step it), so its step count
+        # does not advance and the first update is Adam's step 1.
+        self.apply_gradients(tape, out.replica_loss, when=tf.reduce_any(valid))
+        edges = Edges(*(tf.stop_gradient(t) for t in out.edges[:5]), out.edges.regularized)
+        best = tf.gather(self.memory.best_loss, slots)
+        if num_replicas() > 1:  # every replica applies the same update, from the global batch
+            edges = self.stored_edges(edges, valid, best)
+        if self.width_from_median:  # once, at the first step with contexts: the median heuristic
+            self.set_width_from_median(edges.embeddings[:slots.shape[0]], valid)
+        self.update_memory(edges, slots, valid, best, stream_x, stream_y)
+        return out.logs
+
+    def stored_edges(self, edges: Edges, valid, best) -> Edges:
+        """On R replicas, the :class:`Edges` of the global batch, the same on every replica
+        (after the update): the contexts' cross-entropies and embeddings averaged, the targets'
+        embeddings gathered, the held contexts and the edge logits computed again from them."""
+        k = edges.context_ce.shape[0]
+        with tf.control_dependencies([self.optimizer.iterations.value]):  # after the update
+            shared = all_mean(tf.concat([edges.context_ce[:, None], edges.embeddings[:k]], axis=1))  # [k, 1 + H]
+        with tf.control_dependencies([shared]):
+            target_embeddings = all_gather(edges.embeddings[k:])  # [R T, H]
+        context_ce = shared[:, 0]
+        regularized = regularized_contexts(valid, best, context_ce, self.regularize_below)
+        embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
+        scale = tf.stop_gradient(edges.kernel_log_scale)  # the forward pass's, not the updated one
+        all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
+        return Edges(embeddings, scale, all_logits[:, :k], all_logits[:, k:], context_ce, regularized)
+
+    def set_width_from_median(self, context_embeddings, valid) -> None:
+        """``kernel_width: median``: at the first step with contexts, the kernel's width from the
+        contexts' median squared distance (:func:`median_kernel_width`); then it is learned."""
+        width = tf.cond(self.kernel_width_set, lambda: tf.constant(0.0),  # computed until it is set
+                        lambda: median_squared_distance(context_embeddings, valid))
+        now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
+        width = median_kernel_width(width, self.kernel_start_edge)
+        self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
+        self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
+
+    def update_memory(self, edges: Edges, slots, valid, best, x, y) -> None:
+        """The contexts' best losses (min with this step's), then the reservoir insertion of the
+        global batch ``x, y`` with its edges (the edge memory's rules) and the reset of the best
+        loss of replaced slots."""
+        memory = self.memory
+        scatter_update(memory.best_loss, slots[:, None], tf.where(valid, tf.minimum(best, edges.context_ce), best))
+        new_slots = memory.reservoir_slots(x.shape[0])  # [T], -1: not stored
+        if memory.edge_memory == "matrix":
+            memory.edge_logits.assign(update_edge_memory(memory.edge_logits, edges.to_contexts, edges.to_targets,
+                                                         edges.regularized, new_slots))
+        else:
+            self._update_edge_embeddings(edges.embeddings, slots, valid, edges.regularized, new_slots)
+        _, replaced = replaced_source_index(new_slots, self.capacity)
+        memory.best_loss.assign(tf.where(replaced, math.inf, memory.best_loss))
+        memory.write(new_slots, x, y)
+
+    def _update_edge_embeddings(self, embeddings, slots, valid, regularized, new_slots):
+        """Linear edge memory: a context at a new low stores its current edge embedding; a new
+        sample stores its own (the rules of the matrix store, per slot instead of per pair)."""
+        k = slots.shape[0]
+        refresh = tf.logical_and(valid, tf.logical_not(regularized))  # [k]
+        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(slots, refresh)[:, None],
+                       tf.boolean_mask(embeddings[:k], refresh))
+        stored = new_slots >= 0
+        scatter_update(self.memory.edge_embeddings, tf.boolean_mask(new_slots, stored)[:, None],
+                       tf.boolean_mask(embeddings[k:], stored))

@@ -1,0 +1,125 @@
+"""The package's shape, kept so by this test (it runs with the fast loop and in CI): small files and
+functions, generic layers that know no method, one place for each thing, no import cycle."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+from gcl_tf import methods
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# The paper's reproduction names the paper's methods (its tables' rows, GCL's studies): only the
+# methods themselves and it may.
+NAMES_METHODS = ("methods", "benchmark")
+
+
+def sources():
+    """``{module name: (path, tree)}`` of every module of the package."""
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = (path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    return out
+
+
+def test_no_file_and_no_function_is_too_long():
+    long_files, long_functions = [], []
+    for name, (path, tree) in sources().items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_FILE_LINES:
+            long_files.append(f"{name}: {lines} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}.{node.name}: {length} lines")
+    assert not long_files, f"over {MAX_FILE_LINES} lines: {long_files}"
+    assert not long_functions, f"over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
+def test_the_generic_layers_name_no_method_and_probe_no_model():
+    """Outside gcl_tf/methods (and the paper's benchmark) no module names a registered method or
+    asks a model, a method class or a method's config what it has (hasattr, getattr with a
+    default): what the library reads from a method is a hook with a default (methods/hooks.py)."""
+    names = set(methods.REGISTRY)
+    probed = {"model", "self.model", "cls", "config.method", "method", "learner"}
+    found = []
+    for name, (path, tree) in sources().items():
+        if name.split(".")[1:2] and name.split(".")[1] in NAMES_METHODS:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{name}:{node.lineno} names {node.value!r}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+                    and (node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3))
+                    and ast.unparse(node.args[0]) in probed):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
+
+
+def test_no_method_module_keeps_an_alias_of_its_class():
+    """The registry names each method's class; ``Method = X`` aliases are gone (one name a class)."""
+    for name, (path, tree) in sources().items():
+        if name.startswith("gcl_tf.methods"):
+            aliases = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                       if isinstance(t, ast.Name) and isinstance(node.value, ast.Name) and t.id == "Method"]
+            assert not aliases, name
+
+
+def test_one_task_class():
+    classes = [f"{name}.{node.name}" for name, (_, tree) in sources().items() for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef) and node.name == "Task"]
+    assert classes == ["gcl_tf.data.protocols.Task"], classes
+
+
+def imports(tree, module: str, modules: dict, is_package: bool) -> set:
+    """The package's modules ``tree`` imports, at its top or inside a function (``from a import b``
+    counts ``a.b`` when that is a module, else ``a``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module if is_package else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.add(target)
+    return found
+
+
+def test_no_import_cycle_not_even_inside_functions():
+    """The modules import downwards only: no cycle, counting the imports inside functions (the
+    registry, gcl_tf/methods/__init__.py, no longer imports the base class that imports it)."""
+    modules = sources()
+    graph = {name: imports(tree, name, modules, path.name == "__init__.py") for name, (path, tree) in modules.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert not cycles, [" -> ".join(cycle) for cycle in cycles]
+    assert "gcl_tf.methods.base" not in graph["gcl_tf.methods"]
