@@ -298,10 +298,10 @@ def read_config(path: str, method_keys: bool = True) -> dict:
     """A config file's mapping; a file a run or search saved (:func:`saved_by_gcl_tf`) as that run
     ran (:func:`with_former_defaults`), so that ``--config RUN/config.yaml`` (``--resume``, a rerun
     elsewhere) trains what that run trained even when a default changed since. Those defaults are
-    method keys', read from the method's module: ``method_keys=False`` leaves them out (before
-    TensorFlow loads, as :func:`resolve`)."""
+    the method's ``Config``'s, read without TensorFlow (gcl_tf/methods/keys.py), so the checks
+    before it loads see them too (``method_keys`` is kept for the callers; it changes nothing)."""
     raw = load_yaml(path)
-    return with_former_defaults(raw) if method_keys and saved_by_gcl_tf(path) else raw
+    return with_former_defaults(raw) if saved_by_gcl_tf(path) else raw
 
 
 def load_saved_config(path: str, method_keys: bool = True) -> Config:
