@@ -27,8 +27,10 @@ import math
 
 import tensorflow as tf
 
+from gcl_tf.data.config import IN_STEP_AUGMENTATIONS
+
 #: The names ``augment`` takes (a method's keyword, ``benchmark.augment`` for in-step sets).
-IN_STEP = ("none", "ocl")
+IN_STEP = IN_STEP_AUGMENTATIONS
 
 CROP_SCALE = (0.2, 1.0)
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)

@@ -55,6 +55,11 @@ class BenchmarkConfig:
     augment: Literal["none", "flip", "ocl"] = "none"
 
 
+#: The ``augment`` values the model applies inside its step (gcl_tf/augment.py); ``flip`` is the
+#: stream's own. One list for the stream, the method's keyword and the augmentation module.
+IN_STEP_AUGMENTATIONS = ("none", "ocl")
+
+
 def settle_color_mode(benchmark: BenchmarkConfig) -> Optional[str]:
     """``benchmark.color_mode`` as the data will be read (what a run's saved config records): as
     given; null: for the folder source its images' own (gcl_tf.data.files.folder_color_mode; null

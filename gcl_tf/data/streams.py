@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf import salts
+from gcl_tf.data.config import IN_STEP_AUGMENTATIONS
 from gcl_tf.data.counts import task_steps_per_epoch  # noqa: F401 (re-exported)
 from gcl_tf.data.rng import task_rng
 from gcl_tf.data.sources import SplitData
@@ -62,7 +63,7 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
     images = data.images[order]  # [epochs * steps * B, ...] uint8, in stream order
     if augment == "flip":
         images = random_flips(images, seed, task_index)
-    elif augment not in ("none", "ocl"):  # ocl: the model augments inside its step
+    elif augment not in IN_STEP_AUGMENTATIONS:  # ocl: the model augments inside its step
         raise ValueError(f"unknown augmentation {augment!r}")
     skip = skip_batches * batch_size
     images = images[skip:].reshape((-1, batch_size) + data.images.shape[1:])  # [batches, B, ...]

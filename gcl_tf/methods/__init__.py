@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 
+from gcl_tf.data.config import IN_STEP_AUGMENTATIONS
 from gcl_tf.methods import keys
 
 REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's method, last)
@@ -106,7 +107,7 @@ def run_arguments(config, input_shape, num_classes: int) -> dict:
         "num_tasks": b.num_tasks,
         "classes_per_task": b.classes_per_task if b.name == "split" else None,
         "multi_head": b.multi_head,
-        "augment": b.augment if b.augment in ("none", "ocl") else "none",  # flip: the stream's own
+        "augment": b.augment if b.augment in IN_STEP_AUGMENTATIONS else "none",  # flip: the stream's own
     }
     accepted = inspect.signature(method_class(config.method.name)).parameters
     return {key: value for key, value in run.items() if key in accepted}
