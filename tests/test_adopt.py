@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 import yaml
+from test_early_errors import without_tensorflow
+
+from gcl_tf.tune import adopt
 
 from conftest import REPO
-from gcl_tf.tune import adopt
-from test_early_errors import without_tensorflow
 
 TINY = {
     "seed": 0,

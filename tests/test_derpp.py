@@ -12,7 +12,7 @@ from helpers import linear_backbone, output_weights, quickstart_twice
 K, LR, ALPHA, BETA = 3, 0.5, 0.3, 0.7
 
 
-def linear_derpp(memory_size=6, replay=2, seed=4):
+def linear_derpp(memory_size=6, replay=2, one_pass=False, seed=4):
     """DER++ on 2x2 images whose classifier is linear: logits = flatten(x) @ W + b."""
     import keras
 
@@ -20,7 +20,7 @@ def linear_derpp(memory_size=6, replay=2, seed=4):
 
     backbone = linear_backbone((2, 2, 1))
     model = gcl_tf.DERPP(backbone, num_classes=K, input_shape=(2, 2, 1), memory_size=memory_size,
-                         replay_batch_size=replay, alpha=ALPHA, beta=BETA, batch_size=3, seed=seed)
+                         replay_batch_size=replay, one_pass=one_pass, alpha=ALPHA, beta=BETA, batch_size=3, seed=seed)
     model.compile(optimizer=keras.optimizers.SGD(LR))
     return model
 
@@ -54,12 +54,13 @@ def derpp_step(W, b, x, y, x1, stored1, x2, y2):
     return loss, W - LR * grad_W, b - LR * grad_b
 
 
-def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it():
+@pytest.mark.parametrize("one_pass", [False, True])  # the same update without BatchNorm
+def test_one_update_matches_the_hand_computation_and_stores_the_logits_before_it(one_pass):
     import tensorflow as tf
 
     from gcl_tf import salts
 
-    model = linear_derpp()
+    model = linear_derpp(one_pass=one_pass)
     rng = np.random.default_rng(0)
     batches = [(rng.uniform(size=(3, 2, 2, 1)).astype(np.float32), rng.integers(0, K, 3).astype(np.int32))
                for _ in range(5)]
@@ -97,3 +98,27 @@ def test_learns_the_quickstart_digits_stream_with_its_preset(tmp_path):
     config, results = quickstart_twice("derpp", tmp_path)
     assert config.method.memory_size == 200 and config.method.alpha == 1.0
     assert results["acc"] > 65.0, results["accuracy_matrix"]  # chance: 10
+
+
+def test_forward_in_one_pass_normalises_every_batch_by_the_statistics_of_them_all():
+    """gcl_tf.methods.replay.forward on a BatchNorm layer (momentum 0: its moving mean becomes the last
+    batch's): the authors' way normalises each batch by its own mean and leaves the last batch's
+    statistics; one pass normalises by the joint mean and leaves it."""
+    import keras
+    import tensorflow as tf
+
+    from gcl_tf.methods.replay import forward
+
+    norm = keras.layers.BatchNormalization(momentum=0.0, epsilon=0.0, center=False, scale=False)
+    model = keras.Sequential([keras.Input((2,)), norm])
+    a = tf.constant([[0.0, 1.0], [2.0, 3.0]])
+    b = tf.constant([[10.0, 1.0], [10.0, 5.0], [10.0, 9.0]])
+    joint = tf.concat([a, b], axis=0)
+    split = [t.numpy() for t in forward(model, [a, b], one_pass=False)]
+    np.testing.assert_allclose(split[0][:, 0], [-1.0, 1.0], atol=1e-5)  # by a's own mean and variance
+    np.testing.assert_allclose(norm.moving_mean.numpy(), b.numpy().mean(axis=0), rtol=1e-6)
+    first, second = (t.numpy() for t in forward(model, [a, b], one_pass=True))
+    assert first.shape == (2, 2) and second.shape == (3, 2)
+    mean, std = joint.numpy().mean(axis=0), joint.numpy().std(axis=0)
+    np.testing.assert_allclose(np.concatenate([first, second]), (joint.numpy() - mean) / std, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(norm.moving_mean.numpy(), mean, rtol=1e-6)

@@ -12,7 +12,7 @@ from helpers import linear_backbone, output_weights, quickstart_twice
 K, LR = 4, 0.5
 
 
-def linear_er_ace(memory_size=6, replay=2, seed=1):
+def linear_er_ace(memory_size=6, replay=2, one_pass=False, seed=1):
     """ER-ACE on 2x2 images whose classifier is linear: logits = flatten(x) @ W + b."""
     import keras
 
@@ -20,7 +20,7 @@ def linear_er_ace(memory_size=6, replay=2, seed=1):
 
     backbone = linear_backbone((2, 2, 1))
     model = gcl_tf.ERACE(backbone, num_classes=K, input_shape=(2, 2, 1), memory_size=memory_size,
-                         replay_batch_size=replay, batch_size=3, seed=seed)
+                         replay_batch_size=replay, one_pass=one_pass, batch_size=3, seed=seed)
     model.compile(optimizer=keras.optimizers.SGD(LR))
     return model
 
@@ -47,13 +47,14 @@ def er_ace_step(W, b, x, y, xm, ym):
     return loss, W - LR * sum(a.T @ d for a, d in pairs), b - LR * sum(d.sum(axis=0) for _, d in pairs)
 
 
-def test_one_update_matches_the_hand_computation():
+@pytest.mark.parametrize("one_pass", [False, True])  # the same update without BatchNorm
+def test_one_update_matches_the_hand_computation(one_pass):
     import tensorflow as tf
 
     from gcl_tf.methods.base import present_classes
 
     np.testing.assert_array_equal(present_classes(tf.constant([3, 0, 3]), K).numpy(), [True, False, False, True])
-    model = linear_er_ace()
+    model = linear_er_ace(one_pass=one_pass)
     rng = np.random.default_rng(2)
     # labels drawn from two of the four classes per batch: the mask leaves out seen classes
     batches = [(rng.uniform(size=(3, 2, 2, 1)).astype(np.float32),

@@ -10,7 +10,8 @@ The reservoir memory keeps, with each sample, the logits the network gave it whe
 the two replay batches drawn independently (``replay_batch_size`` samples each, the training
 batch size by default), each loss a mean over its batch (the MSE over samples and classes); the
 replay terms are zero while the memory is empty. Each batch goes through the network on its own,
-as in the authors' code (BatchNorm statistics per batch). Task-free; runs distributed.
+as in the authors' code (BatchNorm statistics per batch), or all three in one run (``one_pass``).
+Task-free; runs distributed.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy
-from gcl_tf.methods.replay import logged, replica_share
+from gcl_tf.methods.replay import forward, logged, replica_share
 from gcl_tf.precision import float32
 from gcl_tf.schema import value_range
 
@@ -35,6 +36,12 @@ class Config(er.Config):  # memory_size, replay_batch_size (ER's)
     alpha: float = field(default=0.1, metadata=value_range(0.0))
     # Weight of the replayed labels' cross-entropy (the same setting's).
     beta: float = field(default=0.5, metadata=value_range(0.0))
+    # One run of the network over the incoming and replayed batches concatenated (as ER's step) instead
+    # of the authors' one per batch: BatchNorm's moving statistics then match what the layers were
+    # trained on. Under today's protocol (Split CIFAR10, ResNet-18, seed 0) the authors' way ends at
+    # 23.86 ACC, and 44.75 once the same network's BatchNorm statistics are those of its memory
+    # (docs/results/split_cifar10_ocl/bn_statistics.json). false: the authors'.
+    one_pass: bool = False
 
 
 def logit_mse(logits, stored):
@@ -67,16 +74,16 @@ class DERPP(er.ER):
         ok1, ok2 = tf.cast(first["ok"], tf.float32), tf.cast(second["ok"], tf.float32)
         # Collectives in the same order on every replica: the counts, the gathers, the gradients.
         counts = all_sum(tf.stack([tf.reduce_sum(ok1), tf.reduce_sum(ok2)]))  # over all replicas
+        batches = [self.augmented(x),  # the memory keeps x as it came, with its logits
+                   self.augmented(first["images"], salts.SECOND_AUGMENT),
+                   self.augmented(second["images"], salts.THIRD_AUGMENT)]
         with tf.GradientTape() as tape:
-            logits = self(self.augmented(x), training=True)  # the memory keeps x as it came, with these logits
+            logits, first_logits, second_logits = forward(self, batches, self.settings.one_pass)
             terms = {
                 "loss_stream": replica_share(cross_entropy(y, logits), batch * replicas),
-                "loss_logits": self.alpha * replica_share(
-                    logit_mse(self(self.augmented(first["images"], salts.SECOND_AUGMENT), training=True),
-                              first["logits"]), counts[0], ok1),
-                "loss_labels": self.beta * replica_share(
-                    cross_entropy(second["labels"], self(self.augmented(second["images"], salts.THIRD_AUGMENT),
-                                                         training=True)), counts[1], ok2),
+                "loss_logits": self.alpha * replica_share(logit_mse(first_logits, first["logits"]), counts[0], ok1),
+                "loss_labels": self.beta * replica_share(cross_entropy(second["labels"], second_logits),
+                                                         counts[1], ok2),
             }
             replica_loss = tf.add_n(list(terms.values()))  # summed over replicas
         with tf.control_dependencies([counts]):

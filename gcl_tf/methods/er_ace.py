@@ -6,7 +6,7 @@ it (the logits of the other classes masked out before the softmax), so that new 
 down the logits of classes it does not hold, and the replay batch's cross-entropy over all
 classes; each a mean over its batch, summed (the replay term is zero while the memory is empty).
 The classes present are those of the whole incoming batch (all replicas). Each batch goes through
-the network on its own, as in the authors' code. Task-free; runs distributed.
+the network on its own, as in the authors' code, or both in one run (``one_pass``). Task-free; runs distributed.
 
 The authors' code (pclucas14/AML, and mammoth's ``models/er_ace.py``) also leaves unmasked the
 classes from the largest class index seen so far on (not yet seen when classes arrive in index
@@ -23,13 +23,19 @@ from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy, mask_logits, present_classes
-from gcl_tf.methods.replay import global_count, logged, replica_share
+from gcl_tf.methods.replay import forward, global_count, logged, replica_share
 from gcl_tf.precision import float32
 
 
 @dataclass
 class Config(er.Config):  # memory_size, replay_batch_size (ER's)
     name: str = "er_ace"
+    # One run of the network over the incoming and replayed batches concatenated (as ER's step) instead
+    # of the authors' one per batch: BatchNorm's moving statistics then match what the layers were
+    # trained on. Under today's protocol (Split CIFAR10, ResNet-18, seed 0) the authors' way ends at
+    # 48.46 ACC, and 56.24 once the same network's BatchNorm statistics are those of its memory
+    # (docs/results/split_cifar10_ocl/bn_statistics.json). false: the authors'.
+    one_pass: bool = False
 
 
 class ERACE(er.ER):
@@ -47,11 +53,12 @@ class ERACE(er.ER):
         ok = tf.cast(replay["ok"], tf.float32)
         with tf.control_dependencies([stream_x, stream_y]):
             replayed = global_count(ok)  # over all replicas
+        batches = [self.augmented(x), self.augmented(replay["images"], salts.SECOND_AUGMENT)]
         with tf.GradientTape() as tape:
-            logits = mask_logits(float32(self(self.augmented(x), training=True)), present)
+            incoming_logits, replay_logits = forward(self, batches, self.settings.one_pass)
+            logits = mask_logits(float32(incoming_logits), present)
             incoming = replica_share(cross_entropy(y, logits), batch * replicas)
-            replayed_x = self.augmented(replay["images"], salts.SECOND_AUGMENT)
-            replay_losses = cross_entropy(replay["labels"], self(replayed_x, training=True))
+            replay_losses = cross_entropy(replay["labels"], replay_logits)
             replay_loss = replica_share(replay_losses, replayed, ok)
             replica_loss = incoming + replay_loss  # summed over replicas
         self.apply_gradients(tape, replica_loss)

@@ -1,5 +1,5 @@
-"""The replay methods' mean over the global batch (ER, DER++, ER-ACE, MIR) and the one rule for
-what they log.
+"""The replay methods' mean over the global batch (ER, DER++, ER-ACE, MIR), the one rule for
+what they log, and how a step runs the network over several batches (:func:`forward`).
 
 On ``R`` replicas (``train.distribute``) each replica holds ``B / R`` samples of the global batch
 and computes its *share* of a mean over all of them: the sum of its own (weighted) terms divided
@@ -36,3 +36,15 @@ def logged(shares: dict) -> dict:
     global value."""
     replicas = num_replicas()
     return {name: share * replicas for name, share in shares.items()}
+
+
+def forward(model, batches, one_pass: bool):
+    """The logits of each of ``batches`` (image tensors) in training mode: one run of ``model`` per
+    batch (the authors' code of DER++ and ER-ACE: BatchNorm normalises each batch by its own
+    statistics and updates its moving averages once per batch), or, ``one_pass``, one run over
+    their concatenation, split back (every batch normalised by the statistics of them all, as ER's
+    step; the moving averages then match what the layers were trained on)."""
+    if not one_pass:
+        return [model(batch, training=True) for batch in batches]
+    logits = model(tf.concat(batches, axis=0), training=True)
+    return tf.split(logits, [int(batch.shape[0]) for batch in batches], axis=0)

@@ -1,0 +1,68 @@
+"""Issue 49: how much of a run's test ACC its BatchNorm moving statistics cost.
+
+Each saved learner (a run's ``learner.keras``, a local artifact of ``benchmark paper``) is evaluated
+on CIFAR-10's test split twice: as saved, and after its BatchNorm layers' statistics are set to
+those of one pass over its own episodic memory (500 images of every task seen; no weight changes,
+no test image used to set them). A method whose step runs the network over separate batches (DER++:
+the stream's 10 images, then two replay batches of 64) trains its layers on per-pass statistics that
+its moving averages do not match at test time; one run over the concatenation (ER) does not.
+
+    python docs/results/split_cifar10_ocl/bn_statistics.py --data data/cifar10.npz \
+        --runs RUNS/er/seed0 RUNS/er_ace/seed0 RUNS/derpp/seed0 RUNS/mir/seed0 --output docs/results/split_cifar10_ocl/bn_statistics.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def accuracy(model, x, y, batch: int = 500) -> float:
+    predictions = [np.argmax(model.predict(x[i:i + batch], verbose=0), -1) for i in range(0, len(x), batch)]
+    return float(100 * np.mean(np.concatenate(predictions) == y))
+
+
+def with_memory_statistics(model) -> None:
+    """Every BatchNorm layer's moving mean and variance := those of one batch of the whole memory."""
+    import keras
+    import tensorflow as tf
+
+    layers = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+    for layer in layers:
+        layer.momentum = 0.0  # the moving statistics become this one batch's
+    images = model.memory.images[: int(model.memory.num_filled.numpy())]
+    model(tf.convert_to_tensor(images), training=True)
+    return len(layers)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="CIFAR-10 .npz (python -m gcl_tf.data to-npz)")
+    parser.add_argument("--runs", nargs="+", required=True, help="run folders holding learner.keras")
+    parser.add_argument("--output", help="JSON file for the table")
+    args = parser.parse_args(argv)
+    import gcl_tf
+
+    data = np.load(args.data)
+    x, y = data["x_test"].astype("float32") / 255.0, data["y_test"].reshape(-1)
+    rows = {}
+    for run in args.runs:
+        saved = json.load(open(os.path.join(run, "results.json")))
+        model = gcl_tf.load_model(os.path.join(run, "learner.keras"), compile=False)
+        as_saved = accuracy(model, x, y)
+        layers = with_memory_statistics(model)
+        rows[run] = {"method": saved["method"], "acc_results_json": saved["acc"], "acc_as_saved": as_saved,
+                     "acc_memory_statistics": accuracy(model, x, y), "batchnorm_layers": layers}
+        print(f"{saved['method']:8s} ACC as saved {as_saved:6.2f}  with the memory's BatchNorm statistics "
+              f"{rows[run]['acc_memory_statistics']:6.2f}", flush=True)
+    if args.output:
+        with open(args.output, "w") as handle:
+            json.dump({"command": " ".join(["python", *sys.argv]), "rows": rows}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
