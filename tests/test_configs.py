@@ -186,3 +186,24 @@ def test_the_configs_say_whose_flip_and_which_rotation_protocol():
         header = text(name).split("\nseed:")[0]
         assert "[t * 180 / 20, (t + 1) * 180 / 20)" in header and "[0, 180)" not in header, name
 
+
+
+# ----------------------------------------------------------------------------- issue 52: adopted presets
+ADOPT = os.path.join(REPO, "docs", "results", "search", "adopt")
+CHECKED = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ADOPT, "*", "adopt.json")))
+
+
+@pytest.mark.parametrize("folder", CHECKED)
+def test_each_checked_preset_is_what_its_adoption_check_decided(folder):
+    """A searched preset stays only when `python -m gcl_tf.tune.adopt` said adopt; otherwise the
+    config ships the paper's values the check ran against (docs/tuning.md#adopting-a-searched-value)."""
+    report = json.load(open(os.path.join(ADOPT, folder, "adopt.json")))
+    shipped = flat_keys(load_config(os.path.join(REPO, report["config"]), [f"method.name={report['method']}"]).to_dict())
+    paper = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in report["paper"])}
+    searched_run = json.load(open(os.path.join(ADOPT, folder, "own-searched-seed0", "results.json")))["config"]
+    searched = flat_keys(searched_run)
+    if report["adopt"]:
+        assert all(shipped[key] == searched[key] for key in paper), folder  # the searched values, as checked
+        assert any(shipped[key] != value for key, value in paper.items()), folder
+    else:
+        assert all(shipped[key] == value for key, value in paper.items()), (folder, paper)
