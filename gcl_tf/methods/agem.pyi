@@ -14,6 +14,7 @@ def agem_project(g, g_ref): ...
 
 class AGEM(ContinualModel):
     label = "A-GEM"
+    style = ("#9467bd", "v")
     task_free = False
     supports_loss_scaling = False
     test_settings = {"memory_size": 20, "agem_batch_size": 10}

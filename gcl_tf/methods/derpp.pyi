@@ -14,6 +14,7 @@ def logit_mse(logits, stored): ...
 
 class DERPP(er.ER):
     label = "DER++"
+    style = ("#bcbd22", "<")
     tune_grid = {"method.alpha": [0.1, 0.2, 0.5, 1.0], "method.beta": [0.5, 1.0]}
     def __init__(
         self,

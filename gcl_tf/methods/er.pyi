@@ -11,6 +11,7 @@ class Config(MemoryMethodConfig):
     replay_batch_size: Optional[int] = None
 
 class ER(ContinualModel):
+    style = ("#8c564b", "P")
     supports_distribution = True
     augments_in_step = True
     test_settings = {"memory_size": 20}

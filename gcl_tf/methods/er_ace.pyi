@@ -10,6 +10,7 @@ class Config(er.Config):
 
 class ERACE(er.ER):
     label = "ER-ACE"
+    style = ("#17becf", ">")
     def __init__(
         self,
         backbone=None,

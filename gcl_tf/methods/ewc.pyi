@@ -32,6 +32,7 @@ class EWCState(tf.Module):
     num_tasks: Any
 
 class EWC(ContinualModel):
+    style = ("#1f77b4", "s")
     task_free = False
     test_settings = {"fisher_samples": 10}
     tune_grid = {"method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]}

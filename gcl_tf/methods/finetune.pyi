@@ -10,6 +10,7 @@ class Config(MethodConfig):
     name: str = "finetune"
 
 class Finetune(ContinualModel):
+    style = ("#7f7f7f", "o")
     supports_distribution = True
     augments_in_step = True
     def __init__(

@@ -23,6 +23,7 @@ def gem_dual(P, b, valid, margin, eps=...): ...
 def gem_project(g, G, valid, margin, eps=...): ...
 
 class GEM(ContinualModel):
+    style = ("#2ca02c", "D")
     task_free = False
     supports_loss_scaling = False
     tune_grid = {"method.margin": [0.0, 0.1, 0.5, 1.0]}

@@ -27,6 +27,7 @@ def _backbone_of(network: keras.Model) -> keras.Model: ...
 
 class ICaRL(ContinualModel):
     label = "iCaRL"
+    style = ("#ff7f0e", "^")
     task_free = False
     test_settings = {"memory_size": 20}
     def __init__(

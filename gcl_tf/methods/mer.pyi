@@ -17,6 +17,7 @@ class Config(MemoryMethodConfig):
 def reptile_update(before, after, rate): ...
 
 class MER(ContinualModel):
+    style = ("#e377c2", "X")
     task_free = True
     supports_loss_scaling = False
     test_settings = {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1}

@@ -14,6 +14,7 @@ def interference(pre_losses, post_losses, ok): ...
 def most_interfered(scores, k: int): ...
 
 class MIR(er.ER):
+    style = ("#393b79", "h")
     supports_distribution = False
     test_settings = {"memory_size": 20, "candidates": 10}
     def __init__(

@@ -62,6 +62,7 @@ def authors_transform(images, seed): ...
 
 class OnPro(ContinualModel):
     label = "OnPro"
+    style = ("#637939", "p")
     task_free = False
     augments_in_step = True
     test_settings = {"memory_size": 20, "rotations": 4, "projection_size": 8}

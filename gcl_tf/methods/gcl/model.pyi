@@ -9,6 +9,7 @@ from gcl_tf.methods.gcl.training import Training
 STEP_GRAPH_TENSORS = 3
 
 class GCL(Training, Prediction, ContinualModel):
+    style = ("#d62728", "*")
     supports_distribution = True
     augments_in_step = True
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
