@@ -932,3 +932,23 @@ def test_memory_methods_run_one_half_of_the_memory_study(monkeypatch):
         paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=["gem"],
                    log=lambda text: None)
 
+
+def test_the_suites_roles_are_data_naming_registered_methods(tmp_path):
+    """Which method leads, which two the memory study compares, ...: gcl_tf/benchmark/paper_suite.yaml,
+    whose names are checked against the registry when it is read (a misspelt one is refused)."""
+    import yaml
+
+    from gcl_tf import methods
+    from gcl_tf.benchmark import roles
+
+    data = roles.read()
+    assert data["lead"] in methods.REGISTRY and roles.LEAD == data["lead"]
+    variants = [variant for variant, _, _ in roles.ABLATIONS]
+    assert variants[0] == roles.LEAD and all(v.startswith(roles.LEAD + "-") for v in variants[1:])
+    for change, message in (({"memory_study": ["er", "gclx"]}, "'gclx' is not a registered method"),
+                            ({"lead": "GCL"}, "'GCL' is not a registered method"),
+                            ({"memory_study": ["er"]}, "memory_study names two methods")):
+        path = tmp_path / "roles.yaml"
+        path.write_text(yaml.safe_dump({**data, **change}))
+        with pytest.raises(ValueError, match=message):
+            roles.read(str(path))
