@@ -1,12 +1,11 @@
 """The type stubs (gcl_tf/methods/stubs.py): in step with the modules and their ``Config``, every key a
-keyword of its class's ``__init__`` with its type and default, shipped with the package, and read
-by a type checker (mypy, when installed) so that a wrong or misspelt key is an error before a run."""
+keyword of its class's ``__init__`` with its type and default (shipped: tests/test_structure.py), and
+read by a type checker (mypy, when installed) so that a wrong or misspelt key is an error before a run."""
 from __future__ import annotations
 
 import ast
 import builtins
 import dataclasses
-import fnmatch
 import inspect
 import os
 import subprocess
@@ -68,23 +67,6 @@ def test_check_lists_a_changed_a_missing_and_a_leftover_stub_and_write_mends_the
     assert sorted(stubs.stale(root)) == ["methods/er.pyi", "methods/gcl/model.pyi", "methods/gone.pyi"]
     stubs.write(root)
     assert stubs.stale(root) == [] and not (tmp_path / "methods" / "gone.pyi").exists()
-
-
-def test_the_package_is_typed_and_lists_its_stubs_as_package_data():
-    """PEP 561: ``py.typed`` in the package, and pyproject's package-data covers it and every stub
-    (a wheel built from this tree holds them)."""
-    tomllib = pytest.importorskip("tomllib")
-    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
-        data = tomllib.load(handle)["tool"]["setuptools"]["package-data"]
-
-    def shipped(path: str) -> bool:  # path under gcl_tf/; setuptools' rule: patterns relative to the package
-        folder, name = os.path.split(path)
-        package = ".".join(["gcl_tf", *filter(None, folder.split("/"))])
-        return any(fnmatch.fnmatch(name, pattern) for key in (package, "*") for pattern in data.get(key, []))
-
-    assert os.path.isfile(os.path.join(PACKAGE, "py.typed"))
-    missing = [path for path in ["py.typed", *stubs.stubs()] if not shipped(path)]
-    assert not missing, f"not in pyproject's [tool.setuptools.package-data]: {missing}"
 
 
 USER_SCRIPT = '''\
