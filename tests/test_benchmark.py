@@ -547,7 +547,7 @@ def test_every_method_has_its_own_colour_and_marker_in_the_figures(extra):
 
 
 def test_a_method_is_drawn_alike_in_every_suite():
-    """Every registered method has a fixed colour and marker (styles.METHOD_STYLES): GCL is drawn
+    """Every registered method has a fixed colour and marker (its class's ``style``): GCL is drawn
     the same whatever else a suite holds (few methods, the CIFAR suite's many study variants, a
     method outside the registry), in the accuracy and timing figures (and the memory one: same styles)."""
     from matplotlib.colors import to_rgba
@@ -557,17 +557,18 @@ def test_a_method_is_drawn_alike_in_every_suite():
     from gcl_tf.benchmark import styles as style_lib
     from gcl_tf.benchmark.layout import RunResult
 
-    assert set(style_lib.METHOD_STYLES) == set(methods.REGISTRY)
-    assert len({to_rgba(c) for c, _ in style_lib.METHOD_STYLES.values()}) == len(style_lib.METHOD_STYLES)
-    assert len({m for _, m in style_lib.METHOD_STYLES.values()}) == len(style_lib.METHOD_STYLES)
+    registered = style_lib.registered_styles()
+    assert set(registered) == set(methods.REGISTRY)
+    assert len({to_rgba(c) for c, _ in registered.values()}) == len(registered)
+    assert len({m for _, m in registered.values()}) == len(registered)
     cifar = set(methods.REGISTRY) | {f"{m}-memory{k}" for m in ("er", "gcl") for k in (100, 500, 1000)} | {
         f"{m}-{t}" for m in methods.REGISTRY for t in ("convnet", "resnet18")} | {
         "gcl-no_graph_reg", "gcl-no_graph_reg-one_sample-deterministic"}
     suites = [["gcl"], ["finetune", "er", "gcl"], sorted(cifar), ["gcl", "someone_elses_method"]]
     for names in suites:
         drawn = style_lib.method_styles(names)
-        assert drawn["gcl"] == style_lib.METHOD_STYLES["gcl"] == ("#d62728", "*"), names
-        assert all(drawn[m] == style_lib.METHOD_STYLES[m] for m in names if m in methods.REGISTRY)
+        assert drawn["gcl"] == registered["gcl"] == methods.method_class("gcl").style == ("#d62728", "*"), names
+        assert all(drawn[m] == registered[m] for m in names if m in methods.REGISTRY)
         assert len({to_rgba(c) for c, _ in drawn.values()}) == len(drawn) == len(set(names))
 
     def drawn_gcl(names):
@@ -930,3 +931,24 @@ def test_memory_methods_run_one_half_of_the_memory_study(monkeypatch):
     with pytest.raises(UserError, match="--memory-methods: 'gem' is not a method of the memory study"):
         paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=["gem"],
                    log=lambda text: None)
+
+
+def test_the_suites_roles_are_data_naming_registered_methods(tmp_path):
+    """Which method leads, which two the memory study compares, ...: gcl_tf/benchmark/paper_suite.yaml,
+    whose names are checked against the registry when it is read (a misspelt one is refused)."""
+    import yaml
+
+    from gcl_tf import methods
+    from gcl_tf.benchmark import roles
+
+    data = roles.read()
+    assert data["lead"] in methods.REGISTRY and roles.LEAD == data["lead"]
+    variants = [variant for variant, _, _ in roles.ABLATIONS]
+    assert variants[0] == roles.LEAD and all(v.startswith(roles.LEAD + "-") for v in variants[1:])
+    for change, message in (({"memory_study": ["er", "gclx"]}, "'gclx' is not a registered method"),
+                            ({"lead": "GCL"}, "'GCL' is not a registered method"),
+                            ({"memory_study": ["er"]}, "memory_study names two methods")):
+        path = tmp_path / "roles.yaml"
+        path.write_text(yaml.safe_dump({**data, **change}))
+        with pytest.raises(ValueError, match=message):
+            roles.read(str(path))

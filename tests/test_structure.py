@@ -3,16 +3,28 @@ functions, generic layers that know no method, one place for each thing, no impo
 from __future__ import annotations
 
 import ast
+import fnmatch
 import pathlib
+
+import pytest
 
 from gcl_tf import methods
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# The paper's reproduction names the paper's methods (its tables' rows, GCL's studies): only the
-# methods themselves and it may.
-NAMES_METHODS = ("methods", "benchmark")
+# Who may name a registered method: the methods themselves; the published numbers, data about the
+# papers keyed by the registry's names (benchmark/published.py); and the speed checks of GCL's own
+# step, which time GCL against its PyTorch anchor and its analytic FLOPs (benchmark/flops.py), with
+# GCL's keys: the method they time is not a choice a data file could change. Which method takes
+# which part in the paper's suite (the lead, the memory study's pair, the t-SNE panels, the
+# ablation) is data: gcl_tf/benchmark/paper_suite.yaml, read by benchmark/roles.py.
+NAMES_METHODS = ("gcl_tf.methods", "gcl_tf.benchmark.published") + tuple(
+    f"gcl_tf.benchmark.{speed}" for speed in ("against_torch", "gpu_placement", "gpu_speed", "throughput", "workloads"))
+
+
+def names_methods(module: str) -> bool:
+    return any(module == allowed or module.startswith(allowed + ".") for allowed in NAMES_METHODS)
 
 
 def sources():
@@ -41,14 +53,14 @@ def test_no_file_and_no_function_is_too_long():
 
 
 def test_the_generic_layers_name_no_method_and_probe_no_model():
-    """Outside gcl_tf/methods (and the paper's benchmark) no module names a registered method or
-    asks a model, a method class or a method's config what it has (hasattr, getattr with a
-    default): what the library reads from a method is a hook with a default (methods/hooks.py)."""
+    """Outside gcl_tf/methods (and NAMES_METHODS) no module names a registered method or asks a
+    model, a method class or a method's config what it has (hasattr, getattr with a default):
+    what the library reads from a method is a hook with a default (methods/hooks.py)."""
     names = set(methods.REGISTRY)
     probed = {"model", "self.model", "cls", "config.method", "method", "learner"}
     found = []
     for name, (path, tree) in sources().items():
-        if name.split(".")[1:2] and name.split(".")[1] in NAMES_METHODS:
+        if names_methods(name):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in names:
@@ -58,6 +70,24 @@ def test_the_generic_layers_name_no_method_and_probe_no_model():
                     and ast.unparse(node.args[0]) in probed):
                 found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     assert not found, found
+
+
+def test_every_file_of_the_package_is_package_data():
+    """Each file under gcl_tf/ besides its modules (py.typed, the stubs, data files) is listed in
+    pyproject's package-data, so that an install holds it; the package is typed (PEP 561)."""
+    tomllib = pytest.importorskip("tomllib")
+    with open(ROOT.parent / "pyproject.toml", "rb") as handle:
+        listed = tomllib.load(handle)["tool"]["setuptools"]["package-data"]
+
+    def shipped(path: pathlib.Path) -> bool:  # setuptools' rule: a package's patterns, relative to it
+        package = ".".join(path.parent.relative_to(ROOT.parent).parts)
+        return any(fnmatch.fnmatch(path.name, p) for key in (package, "*") for p in listed.get(key, []))
+
+    files = [path for path in ROOT.rglob("*") if path.is_file() and "__pycache__" not in path.parts
+             and path.suffix not in (".py", ".pyc")]
+    assert (ROOT / "py.typed").is_file() and any(path.suffix == ".pyi" for path in files)
+    missing = [str(path.relative_to(ROOT.parent)) for path in files if not shipped(path)]
+    assert not missing, f"not in pyproject's [tool.setuptools.package-data]: {missing}"
 
 
 def test_no_method_module_keeps_an_alias_of_its_class():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gcl_tf.benchmark import layout, published
+from gcl_tf.benchmark import layout, published, roles
 from gcl_tf.benchmark.cells import csv_text, fmt, fmt_change, markdown, num
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key, paired_difference
 
@@ -27,56 +27,62 @@ def lead(base: list, other: list, key: str = "acc") -> tuple[float, float, int]:
 
 # ----------------------------------------------------------------------------- the memory study
 def memory_vs_paper_table(memory_runs: dict) -> tuple[str, str]:
-    """ER and GCL by memory size beside the paper's memory figures, and GCL − ER by size (ours
-    paired by seed, the paper's difference of means). ``memory_runs``: study_tables.memory_runs."""
-    header = ["Benchmark", "Memory", "ER ACC ours", "ER ACC paper", "GCL ACC ours", "GCL ACC paper",
-              "GCL − ER ours (by seed)", "GCL − ER paper", "ER FGT ours", "ER FGT paper", "GCL FGT ours",
-              "GCL FGT paper"]
+    """The memory study's two methods (the paper's ER and GCL, roles.MEMORY_METHODS) by memory size
+    beside the paper's memory figures, and the second's lead over the first by size (ours paired
+    by seed, the paper's difference of means). ``memory_runs``: study_tables.memory_runs."""
+    base, top = roles.MEMORY_METHODS
     md_rows, csv_rows = [], []
     for b, groups in sorted(memory_runs.items()):
         if b not in published.PAPER_MEMORY:
             continue
         for size in sorted({size for (_, size) in groups}):
-            er, gcl = groups.get(("er", size), []), groups.get(("gcl", size), [])
-            ours = {(m, k): mean_std(r.results[k] for r in group) for m, group in (("er", er), ("gcl", gcl))
+            below, above = groups.get((base, size), []), groups.get((top, size), [])
+            ours = {(m, k): mean_std(r.results[k] for r in group) for m, group in ((base, below), (top, above))
                     for k in ("acc", "fgt")}
-            paper = {(m, k): published.paper_memory(b, m, size, k) for m in ("er", "gcl") for k in ("acc", "fgt")}
-            diff = lead(er, gcl) if er and gcl else (float("nan"), float("nan"), 0)
-            paper_diff = (None if paper["er", "acc"] is None or paper["gcl", "acc"] is None
-                          else round(paper["gcl", "acc"][0] - paper["er", "acc"][0], 2))
+            paper = {(m, k): published.paper_memory(b, m, size, k) for m in (base, top) for k in ("acc", "fgt")}
+            diff = lead(below, above) if below and above else (float("nan"), float("nan"), 0)
+            paper_diff = (None if paper[base, "acc"] is None or paper[top, "acc"] is None
+                          else round(paper[top, "acc"][0] - paper[base, "acc"][0], 2))
 
             def cells(m, k):
                 return [fmt(*ours[m, k], show_n=True) if ours[m, k][2] else "-",
                         "-" if paper[m, k] is None else fmt(*paper[m, k], published.PAPER_SEEDS)]
 
-            md_rows.append([benchmark_label(b), str(size), *cells("er", "acc"), *cells("gcl", "acc"),
+            md_rows.append([benchmark_label(b), str(size), *cells(base, "acc"), *cells(top, "acc"),
                             fmt_change(*diff) if diff[2] else "-",
-                            "-" if paper_diff is None else f"{paper_diff:+.2f}", *cells("er", "fgt"),
-                            *cells("gcl", "fgt")])
-            csv_rows.append([b, size, *[num(v) for m in ("er", "gcl") for k in ("acc", "fgt")
+                            "-" if paper_diff is None else f"{paper_diff:+.2f}", *cells(base, "fgt"),
+                            *cells(top, "fgt")])
+            csv_rows.append([b, size, *[num(v) for m in (base, top) for k in ("acc", "fgt")
                                         for v in (*ours[m, k], *(paper[m, k] or (None, None)))],
                              num(diff[0]), num(diff[1]), diff[2] or "", num(paper_diff)])
     if not md_rows:
         return "", ""
+    low, high = method_label(base), method_label(top)
+    header = ["Benchmark", "Memory", f"{low} ACC ours", f"{low} ACC paper", f"{high} ACC ours", f"{high} ACC paper",
+              f"{high} − {low} ours (by seed)", f"{high} − {low} paper", f"{low} FGT ours", f"{low} FGT paper",
+              f"{high} FGT ours", f"{high} FGT paper"]
     caption = ("**Memory size, ours beside the paper's figures** (test %, mean ± sample std (n); the paper's "
-               f"over {published.PAPER_SEEDS} seeds). GCL − ER: ours as the mean of the per-seed differences ± "
+               f"over {published.PAPER_SEEDS} seeds). {high} − {low}: ours as the mean of the per-seed differences ± "
                "its standard error, the paper's as the difference of its means.\n\n")
-    csv_header = ["benchmark", "memory_size"] + [f"{m}_{k}_{s}" for m in ("er", "gcl") for k in ("acc", "fgt")
+    csv_header = ["benchmark", "memory_size"] + [f"{m}_{k}_{s}" for m in (base, top) for k in ("acc", "fgt")
                                                    for s in ("mean", "std", "seeds", "paper_mean", "paper_std")]
-    csv_header += ["gcl_minus_er_mean", "gcl_minus_er_se", "gcl_minus_er_seeds", "paper_gcl_minus_er"]
+    csv_header += [f"{top}_minus_{base}_mean", f"{top}_minus_{base}_se", f"{top}_minus_{base}_seeds",
+                   f"paper_{top}_minus_{base}"]
     return caption + markdown(header, md_rows), csv_text(csv_header, csv_rows)
 
 
 def cndpm_table(memory_runs: dict) -> tuple[str, str]:
-    """The paper's appendix table on Split CIFAR10 (ER, CN-DPM, GCL at memory 500 and 1000), ours
-    beside it; CN-DPM as the paper quotes it (no run of ours)."""
+    """The paper's appendix table on Split CIFAR10 (ER, CN-DPM, GCL at memory 500 and 1000: the
+    memory study's two methods around CN-DPM), ours beside it; CN-DPM as the paper quotes it (no
+    run of ours)."""
     groups = memory_runs.get("split_cifar10")
     if not groups:
         return "", ""
     sizes = sorted(published.PAPER_CNDPM)
     header = ["Method"] + [f"{s} {w}" for s in sizes for w in ("ours", "paper")]
     md_rows, csv_rows = [], []
-    for m in ("er", "cndpm", "gcl"):
+    base, top = roles.MEMORY_METHODS
+    for m in (base, "cndpm", top):
         row, csv_row = ["CN-DPM (quoted)" if m == "cndpm" else method_label(m)], [m]
         for s in sizes:
             if m == "cndpm":
@@ -88,7 +94,8 @@ def cndpm_table(memory_runs: dict) -> tuple[str, str]:
             csv_row += [num(ours[0]), num(ours[1]), ours[2] or "", *[num(v) for v in (paper or (None, None))]]
         md_rows.append(row)
         csv_rows.append(csv_row)
-    caption = ("**GCL and CN-DPM by memory size on Split CIFAR10** (the paper's appendix table; test ACC %, "
+    caption = (f"**{method_label(top)} and CN-DPM by memory size on Split CIFAR10** (the paper's appendix table; "
+               "test ACC %, "
                "mean ± std (n)). CN-DPM (Lee et al. 2020) is quoted as the paper quotes it; we do not run it.\n\n")
     csv_header = ["method"] + [f"m{s}_{c}" for s in sizes for c in ("mean", "std", "seeds", "paper_mean",
                                                                       "paper_std")]
@@ -98,16 +105,14 @@ def cndpm_table(memory_runs: dict) -> tuple[str, str]:
 # ----------------------------------------------------------------------------- today's protocol
 def today_table(runs) -> tuple[str, str]:
     """Every run of a benchmark of today's protocol (published.PUBLISHED_TODAY) by method, trunk
-    and memory size: ours beside the published re-runs, and GCL − method and OnPro − method paired
-    by seed (GCL on its preset's trunk, both at the row's memory size)."""
+    and memory size: ours beside the published re-runs, and each of roles.TODAY_LEADS (GCL, OnPro)
+    − method paired by seed (that method on its preset's trunk, at the row's memory size)."""
     groups = defaultdict(list)
     for run in runs:
         if run.benchmark in published.PUBLISHED_TODAY:
             model = run.config.get("model", {})
             trunk = f"{model.get('backbone')} {model.get('filters')}"
             groups[(run.benchmark, run.memory_size, run.method, trunk)].append(run)
-    header = ["Benchmark", "Memory", "Method", "Trunk", "ACC ours", "FGT ours", "ACC published",
-              "GCL − method (by seed)", "OnPro − method (by seed)"]
     md_rows, csv_rows = [], []
 
     def reference(b, size, method):
@@ -120,7 +125,7 @@ def today_table(runs) -> tuple[str, str]:
         acc, fgt = (mean_std(r.results[k] for r in group) for k in ("acc", "fgt"))
         pub = published.published_today(b, method, size)
         leads = [lead(group, ref) if ref and ref is not group else (float("nan"), float("nan"), 0)
-                 for name, ref in (("gcl", reference(b, size, "gcl")), ("onpro", reference(b, size, "onpro")))]
+                 for ref in (reference(b, size, m) for m in roles.TODAY_LEADS)]
         shown_pub = "-" if pub is None else (f"{pub[0]:.1f}" if pub[0] == pub[1] else f"{pub[0]:.1f}–{pub[1]:.1f}")
         md_rows.append([benchmark_label(b), str(size), method_label(method), trunk, fmt(*acc, show_n=True),
                         fmt(*fgt), shown_pub, *[fmt_change(*d) if d[2] else "-" for d in leads]])
@@ -129,14 +134,18 @@ def today_table(runs) -> tuple[str, str]:
                          *(num(v) for d in leads for v in d[:2])])
     if not md_rows:
         return "", ""
+    names = [method_label(m) for m in roles.TODAY_LEADS]
+    header = ["Benchmark", "Memory", "Method", "Trunk", "ACC ours", "FGT ours", "ACC published",
+              *[f"{name} − method (by seed)" for name in names]]
     caption = ("**Today's online protocol** (test %, mean ± sample std (n)): every method with the same in-step "
                "augmentation (crop, flip, colour jitter, grayscale) and a replay batch of 64. Published: the "
                "re-runs' ACC (a range spans a table's memory sizes 200-1000; their trunk: ResNet-18 with 64 "
-               "filters). GCL − method and OnPro − method: the mean of the per-seed differences ± its standard "
-               "error, against GCL (OnPro) on its preset's trunk at the row's memory size.\n\n")
+               f"filters). {' and '.join(f'{name} − method' for name in names)}: the mean of the per-seed "
+               f"differences ± its standard error, against {names[0]} ({', '.join(names[1:])}) on its preset's "
+               "trunk at the row's memory size.\n\n")
     csv_header = ["benchmark", "memory_size", "method", "trunk", "seeds", "acc_mean", "acc_std", "fgt_mean",
-                  "fgt_std", "published_low", "published_high", "gcl_minus_mean", "gcl_minus_se",
-                  "onpro_minus_mean", "onpro_minus_se"]
+                  "fgt_std", "published_low", "published_high",
+                  *[f"{m}_minus_{s}" for m in roles.TODAY_LEADS for s in ("mean", "se")]]
     return caption + markdown(header, md_rows), csv_text(csv_header, csv_rows)
 
 

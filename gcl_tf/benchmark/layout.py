@@ -8,8 +8,8 @@
 
 ``<benchmark>`` is the stem of the benchmark's config file (configs/<benchmark>.yaml).
 ``<method-or-variant>`` is a method name for the main runs (the config's preset) or
-``<method>-<variant>`` for the studies (e.g. ``gcl-no_graph_reg``, ``er-memory100``,
-``er-convnet``).
+``<method>-<variant>`` for the studies (e.g. ``er-memory100``, ``er-convnet``, the ablation's
+variants of the lead method, gcl_tf/benchmark/paper_suite.yaml).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gcl_tf import methods
+from gcl_tf.benchmark.roles import ABLATIONS, DERIVED, lead_variant
 from gcl_tf.errors import UserError
 from gcl_tf.io import read_json
 from gcl_tf.run_layout import ARTIFACTS, RESULTS  # as written by gcl_tf.train
@@ -44,32 +45,17 @@ BENCHMARK_LABELS = {
 }
 
 
-# The paper's ablation table (Split CIFAR10): each variant removes one more component of GCL.
-# (folder name, label, config overrides applied on top of the GCL preset). "+ one test graph
-# sample" changes only the prediction: it is not trained but read from the no-regularisation
-# run, which also evaluates with one test graph sample (DERIVED).
-ABLATIONS = (
-    ("gcl", "Full GCL", ()),
-    ("gcl-no_graph_reg", "No graph regularisation", ("method.graph_lambda=0", "method.also_test_graph_samples=[1]")),
-    ("gcl-no_graph_reg-one_sample", "+ one test graph sample",
-     ("method.graph_lambda=0", "method.test_graph_samples=1")),
-    ("gcl-no_graph_reg-one_sample-deterministic", "+ deterministic graphs",
-     ("method.graph_lambda=0", "method.test_graph_samples=1", "method.stochastic_graphs=false")),
-)
+# The ablation's variants of the lead method (gcl_tf/benchmark/roles.py: the suite's roles).
 ABLATION_VARIANTS = tuple(name for name, _, _ in ABLATIONS)
-# A variant read from another run's evaluation: {variant: (trained variant, its evaluation name)}.
-DERIVED = {"gcl-no_graph_reg-one_sample": ("gcl-no_graph_reg", "one_sample")}
-MEMORY_METHODS = ("er", "gcl")  # the paper's memory-size figure
-# The graph_lambda study (the paper's figure of λ_G): GCL at each method.graph_lambda. The
-# appendix's grid of the RGB benchmarks (5000 is Rotated MNIST's); the paper's text calls 1000 extreme.
+# The graph_lambda study (the paper's figure of λ_G): the lead method at each method.graph_lambda.
+# The appendix's grid of the RGB benchmarks (5000 is Rotated MNIST's); the paper's text calls 1000 extreme.
 PAPER_GRAPH_LAMBDAS = (0.0, 10.0, 50.0, 100.0, 1000.0)
-NO_GRAPH_REG = "gcl-no_graph_reg"  # λ_G 0: the ablation's run, shared by the graph_lambda study
 
 
 def graph_lambda_variant(value: float) -> str:
-    """The folder of GCL at graph_lambda ``value`` (``gcl-graph_lambda500``); 0 is the ablation's
-    no-regularisation run and the preset's own value the main run (``studies.graph_lambda``)."""
-    return f"gcl-graph_lambda{float(value):g}"
+    """The folder of the lead method at graph_lambda ``value`` (``<lead>-graph_lambda500``); 0 is
+    the ablation's no-regularisation run and the preset's own value the main run (``studies.graph_lambda``)."""
+    return lead_variant(f"graph_lambda{float(value):g}")
 
 
 def memory_variant(method: str, size: int) -> str:

@@ -41,7 +41,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from gcl_tf.benchmark import layout, selection
+from gcl_tf.benchmark import layout, roles, selection
 from gcl_tf.benchmark import studies as study_runs
 from gcl_tf.benchmark.selection import DEFAULT_SEEDS, DEFAULT_STUDIES, PAPER_BENCHMARKS, PAPER_MEMORY_SIZES, STUDIES
 from gcl_tf.benchmark.status import finished, resumable
@@ -129,7 +129,7 @@ def _benchmark_runs(b, path, studies, study_benchmarks, wanted_methods, sizes, t
         planned["backbone"] = study_runs.backbone(main, trunks, trunk)
     if b in study_benchmarks["graph_lambda"]:
         planned["graph_lambda"] = study_runs.graph_lambda(path, presets, lambdas,
-                                                          lambda: preset_value("gcl", "graph_lambda"))
+                                                          lambda: preset_value(roles.LEAD, "graph_lambda"))
     return planned
 
 
@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-sizes", nargs="+", metavar="N", default=[",".join(map(str, PAPER_MEMORY_SIZES))],
                         help="memory sizes of the memory study (default: 100,250,500,1000)")
     parser.add_argument("--memory-methods", nargs="+", metavar="NAME",
-                        help=f"methods of the memory study, of {','.join(layout.MEMORY_METHODS)} (default: both)")
+                        help=f"methods of the memory study, of {','.join(roles.MEMORY_METHODS)} (default: both)")
     parser.add_argument("--backbone-benchmarks", nargs="+", metavar="NAME",
                         help="benchmarks of the backbone study, or all (default: split_cifar10)")
     parser.add_argument("--backbones", nargs="+", metavar="TRUNK", default=[",".join(layout.BACKBONES)],

@@ -27,13 +27,11 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gcl_tf.benchmark import layout, published, study_tables, tables
+from gcl_tf.benchmark import layout, published, roles, study_tables, tables
 from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_key
 from gcl_tf.benchmark.styles import method_styles
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
-
-TSNE_METHODS = ("finetune", "gcl")  # the paper's t-SNE figure: Finetune (left) vs GCL (right)
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -121,7 +119,7 @@ def memory_figure(runs, metric: str, styles=None) -> Figure | None:
 
 # ----------------------------------------------------------------------------- graph_lambda study
 def graph_lambda_figure(runs, benchmark: str) -> Figure | None:
-    """GCL's ACC and FGT over graph_lambda on ``benchmark``: two panels, mean with std error bars
+    """The lead method's (GCL's) ACC and FGT over graph_lambda on ``benchmark``: two panels, mean with std error bars
     over the seeds, the preset's value marked (None without a graph_lambda-study run)."""
     stats = study_tables.graph_lambda_summary(runs).get(benchmark)
     if not stats:
@@ -135,7 +133,7 @@ def graph_lambda_figure(runs, benchmark: str) -> Figure | None:
         std = np.nan_to_num(np.array([stats[lam][key][1] for lam in lambdas], float))
         ax.errorbar(lambdas, mean, yerr=std, marker="o", capsize=3, color="black")
         for lam in lambdas:
-            if stats[lam]["variant"] == "gcl":
+            if stats[lam]["variant"] == roles.LEAD:
                 ax.plot([lam], [stats[lam][key][0]], marker="*", markersize=14, color="tab:red", linestyle="none",
                         label="preset")
         if positive:
@@ -144,7 +142,7 @@ def graph_lambda_figure(runs, benchmark: str) -> Figure | None:
         ax.set_xlabel("λ_G (method.graph_lambda)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        if any(stats[lam]["variant"] == "gcl" for lam in lambdas):
+        if any(stats[lam]["variant"] == roles.LEAD for lam in lambdas):
             ax.legend(fontsize="small")
     figure.suptitle(f"{benchmark_label(benchmark)}: graph regularisation (n = "
                     f"{', '.join(str(stats[lam]['acc'][2]) for lam in lambdas)})")
@@ -274,12 +272,12 @@ def draw_figures(output: str, runs) -> list[str]:
         figure = accuracy_tasks_figure(runs, b, styles)
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"accuracy_tasks_{b}.png")))
-        run, artifacts = _first_with_artifacts(runs, b, "gcl")
+        run, artifacts = _first_with_artifacts(runs, b, roles.LEAD)
         if artifacts is not None and "context_graph" in artifacts:
-            figure = context_graph_figure(artifacts["context_graph"], artifacts["memory_labels"],
-                                          f"{benchmark_label(b)}: GCL context graph (seed {run.seed})")
+            title = f"{benchmark_label(b)}: {method_label(roles.LEAD)} context graph (seed {run.seed})"
+            figure = context_graph_figure(artifacts["context_graph"], artifacts["memory_labels"], title)
             written.append(save_figure(figure, os.path.join(folder, f"context_graph_{b}.png")))
-        panels = [(m, _first_with_artifacts(runs, b, m)[1]) for m in TSNE_METHODS]
+        panels = [(m, _first_with_artifacts(runs, b, m)[1]) for m in roles.TSNE_METHODS]
         figure = tsne_figure(panels, f"{benchmark_label(b)}: t-SNE of penultimate embeddings")
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"tsne_{b}.png")))

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gcl_tf.benchmark import roles
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic, write_json_atomic
 
@@ -246,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=sorted(glob.glob("configs/*.yaml")),
                         help="config files (default: configs/*.yaml)")
-    parser.add_argument("--methods", default="gcl,er", help="comma-separated methods with a preset (default gcl,er)")
+    checked = ",".join(roles.PRESETS_CHECK)
+    parser.add_argument("--methods", default=checked, help=f"comma-separated methods with a preset (default {checked})")
     parser.add_argument("--mnist-like", default="digits", help="data for MLP presets: digits, idx:PATH, npz:PATH")
     parser.add_argument("--rgb", default=None, help="data for convolutional presets: npz:PATH or folder:PATH "
                                                     "(without it RGB configs are skipped)")

@@ -3,6 +3,9 @@
 Tables 1 and 2: test ACC and FGT (%), mean and standard deviation over the paper's five seeds, by
 benchmark (the stem of ``configs/<benchmark>.yaml``) and method (the registry's name). A method the
 paper did not run on a benchmark (its ``-`` cells) is absent.
+
+Data about the papers, not code: the numbers are keyed by the registry's names of the methods they
+are numbers of (the one module of gcl_tf/benchmark that names methods besides paper_suite.yaml).
 """
 from __future__ import annotations
 
@@ -66,10 +69,11 @@ def paper_result(benchmark: str, method: str, key: str) -> tuple[float, float] |
     return PAPER_RESULTS.get(benchmark, {}).get(method, {}).get(key)
 
 
-def paper_lead(benchmark: str, method: str) -> float | None:
-    """GCL's ACC lead over ``method`` in the paper (difference of the two published means), or None."""
-    gcl, other = paper_result(benchmark, "gcl", "acc"), paper_result(benchmark, method, "acc")
-    return None if gcl is None or other is None else round(gcl[0] - other[0], 2)
+def paper_lead(benchmark: str, method: str, lead: str) -> float | None:
+    """``lead``'s ACC lead over ``method`` in the paper (difference of the two published means;
+    the suite's lead is the paper's method, roles.LEAD), or None."""
+    ahead, other = paper_result(benchmark, lead, "acc"), paper_result(benchmark, method, "acc")
+    return None if ahead is None or other is None else round(ahead[0] - other[0], 2)
 
 
 #: The paper's memory-size figures (appendix, "Average accuracy / forgetting as a function of

@@ -2,9 +2,11 @@
 main runs: ``(variant folder, method, overrides on top of the method's preset)``
 (``paper.plan`` runs each for every seed; one that is a main run appears once).
 
-- ``ablation``: GCL without one more component each time (``layout.ABLATIONS``);
-- ``memory``: ER and GCL at each memory size (the preset's own size: the main run);
-  ``--memory-methods`` naming one of them runs its half;
+- ``ablation``: the lead method (the paper's, GCL) without one more component each time
+  (``roles.ABLATIONS``);
+- ``memory``: the memory study's two methods (the paper's: ER and GCL, ``roles.MEMORY_METHODS``)
+  at each memory size (the preset's own size: the main run); ``--memory-methods`` naming one of
+  them runs its half;
 - ``backbone``: each method on each trunk of ``layout.BACKBONES``. **The rule, the same for every
   method: a backbone variant is the method's preset with only the trunk's keys replaced**
   (``model.backbone`` and ``model.filters``: the authors' ConvNet with 64 filters, GEM's reduced
@@ -13,13 +15,13 @@ main runs: ``(variant folder, method, overrides on top of the method's preset)``
   trunks; GCL's embedding width H on any trunk) and the method's own keys. So a baseline on the
   ConvNet keeps its ResNet-18 preset's settings, and GCL on the ResNet-18 keeps its ConvNet
   preset's. The run on the preset's own trunk is the main run (folder ``<method>``);
-- ``graph_lambda``: GCL at each ``method.graph_lambda`` (the paper's figure of λ_G), nothing else
+- ``graph_lambda``: the lead method at each ``method.graph_lambda`` (the paper's figure of λ_G), nothing else
   changed. The preset's own value is the main run; 0 is the ablation's no-regularisation run (the
   same training, with its one-sample evaluation besides), so the two studies share it.
 """
 from __future__ import annotations
 
-from gcl_tf.benchmark import layout
+from gcl_tf.benchmark import layout, roles
 from gcl_tf.errors import UserError
 from gcl_tf.schema import MemoryMethodConfig
 
@@ -38,23 +40,23 @@ def preset_value(path: str, sets, key: str, method_keys: bool = True, default=No
 
 
 def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
-    """The ablation's trained GCL variants (the DERIVED column is read from another run)."""
-    if "gcl" not in presets:
-        raise UserError(f"{path}: the ablation study needs a gcl preset")
-    return [(variant, "gcl", list(overrides)) for variant, _, overrides in layout.ABLATIONS
-            if variant not in layout.DERIVED]
+    """The ablation's trained variants of the lead method (the DERIVED column is read from another run)."""
+    if roles.LEAD not in presets:
+        raise UserError(f"{path}: the ablation study needs a {roles.LEAD} preset")
+    return [(variant, roles.LEAD, list(overrides)) for variant, _, overrides in roles.ABLATIONS
+            if variant not in roles.DERIVED]
 
 
 def memory(path: str, presets, sizes, preset_size, methods=()) -> list[tuple[str, str, list[str]]]:
-    """ER and GCL at each of ``sizes`` (of the two, ``methods`` when given: ``--memory-methods
-    er`` runs ER's half); ``preset_size(method)``: the preset's memory size (None: unknown, every
-    size a variant)."""
-    unknown = [m for m in methods if m not in layout.MEMORY_METHODS]
+    """The memory study's two methods at each of ``sizes`` (of the two, ``methods`` when given:
+    ``--memory-methods er`` runs ER's half); ``preset_size(method)``: the preset's memory size
+    (None: unknown, every size a variant)."""
+    unknown = [m for m in methods if m not in roles.MEMORY_METHODS]
     if unknown:
         raise UserError(f"--memory-methods: {unknown[0]!r} is not a method of the memory study; allowed: "
-                        f"{', '.join(layout.MEMORY_METHODS)}")
+                        f"{', '.join(roles.MEMORY_METHODS)}")
     out = []
-    for method in [m for m in layout.MEMORY_METHODS if not methods or m in methods]:
+    for method in [m for m in roles.MEMORY_METHODS if not methods or m in methods]:
         if method not in presets:
             raise UserError(f"{path}: the memory study needs a {method} preset")
         own = preset_size(method)
@@ -81,18 +83,19 @@ def backbone(methods, trunks, preset_trunk) -> list[tuple[str, str, list[str]]]:
 
 
 def graph_lambda(path: str, presets, values, preset_value) -> list[tuple[str, str, list[str]]]:
-    """GCL at each of ``values``; ``preset_value()``: the GCL preset's graph_lambda (None: unknown,
-    every value but 0 a variant)."""
-    if "gcl" not in presets:
-        raise UserError(f"{path}: the graph_lambda study needs a gcl preset")
+    """The lead method at each of ``values``; ``preset_value()``: its preset's graph_lambda (None:
+    unknown, every value but 0 a variant)."""
+    lead = roles.LEAD
+    if lead not in presets:
+        raise UserError(f"{path}: the graph_lambda study needs a {lead} preset")
     own = preset_value()
-    no_reg = next(overrides for variant, _, overrides in layout.ABLATIONS if variant == layout.NO_GRAPH_REG)
+    no_reg = next(overrides for variant, _, overrides in roles.ABLATIONS if variant == roles.NO_GRAPH_REG)
     out = []
     for value in values:
         if own is not None and float(value) == float(own):
-            out.append(("gcl", "gcl", []))
+            out.append((lead, lead, []))
         elif float(value) == 0.0:
-            out.append((layout.NO_GRAPH_REG, "gcl", list(no_reg)))
+            out.append((roles.NO_GRAPH_REG, lead, list(no_reg)))
         else:
-            out.append((layout.graph_lambda_variant(value), "gcl", [f"method.graph_lambda={float(value)!r}"]))
+            out.append((layout.graph_lambda_variant(value), lead, [f"method.graph_lambda={float(value)!r}"]))
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from gcl_tf.benchmark import layout, published
+from gcl_tf.benchmark import layout, published, roles
 from gcl_tf.benchmark.cells import METRICS, change_vs_full, csv_text, fmt, fmt_change, markdown, num
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
 from gcl_tf.benchmark.study_tables import ablation_table, backbone_table, graph_lambda_table, memory_table
@@ -114,45 +114,48 @@ def timing_table(summary: dict) -> tuple[str, str]:
 # ----------------------------------------------------------------------------- against the paper
 def vs_paper_table(runs) -> tuple[str, str]:
     """Ours beside the paper's Tables 1 and 2 on the benchmarks the paper has numbers for: ACC and
-    FGT, ours mean ± std (n) and the paper's (n = 5), and GCL's ACC lead over each method, ours
-    paired by seed (mean difference ± its standard error over the seeds both ran) beside the
-    paper's difference of means."""
+    FGT, ours mean ± std (n) and the paper's (n = 5), and the lead method's (GCL's) ACC lead over
+    each method, ours paired by seed (mean difference ± its standard error over the seeds both
+    ran) beside the paper's difference of means."""
     main = defaultdict(list)
     for run in runs:
         if run.is_main:
             main[(run.benchmark, run.variant)].append(run)
     benchmarks = [b for b in published.PAPER_RESULTS if any(key[0] == b for key in main)]
+    if not benchmarks:
+        return "", ""
+    lead, name = roles.LEAD, method_label(roles.LEAD)
     header = ["Benchmark", "Method", "ACC ours", "ACC paper", "FGT ours", "FGT paper",
-              "GCL − method, ACC ours (paired by seed)", "GCL − method, ACC paper"]
+              f"{name} − method, ACC ours (paired by seed)", f"{name} − method, ACC paper"]
     md_rows, csv_rows = [], []
     for b in benchmarks:
         methods_here = {m for (bench, m) in main if bench == b} | set(published.PAPER_RESULTS[b])
-        gcl = main.get((b, "gcl"), [])
+        leading = main.get((b, lead), [])
         for m in sorted(methods_here, key=method_sort_key):
             group = main.get((b, m), [])
             ours = {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
             paper = {k: published.paper_result(b, m, k) for k in ("acc", "fgt")}
-            lead = (change_vs_full(group, gcl, "acc") if m != "gcl" and group and gcl
-                    else (float("nan"), float("nan"), 0))
-            paper_lead = published.paper_lead(b, m) if m != "gcl" else None
+            ahead = (change_vs_full(group, leading, "acc") if m != lead and group and leading
+                     else (float("nan"), float("nan"), 0))
+            paper_lead = published.paper_lead(b, m, lead) if m != lead else None
             md_rows.append([benchmark_label(b), method_label(m),
                             *[cell for k in ("acc", "fgt") for cell in (
                                 fmt(*ours[k], show_n=True),
                                 "-" if paper[k] is None else fmt(*paper[k], published.PAPER_SEEDS))],
-                            "" if m == "gcl" else fmt_change(*lead),
+                            "" if m == lead else fmt_change(*ahead),
                             "" if paper_lead is None else f"{paper_lead:+.2f}"])
             csv_rows.append([b, m, ours["acc"][2], *[num(v) for k in ("acc", "fgt") for v in (
                                 ours[k][0], ours[k][1], *(paper[k] or (None, None)))],
-                             lead[2] or "", num(lead[0]), num(lead[1]), num(paper_lead)])
+                             ahead[2] or "", num(ahead[0]), num(ahead[1]), num(paper_lead)])
     if not md_rows:
         return "", ""
     caption = ("**Ours against the paper** (test %; ours: mean ± sample std over the seeds (n); the paper's: "
-               f"mean ± std over its {published.PAPER_SEEDS} seeds; `-`: not run). The last two columns: GCL's "
+               f"mean ± std over its {published.PAPER_SEEDS} seeds; `-`: not run). The last two columns: {name}'s "
                "ACC lead over the row's method, ours as the mean of the per-seed differences ± its standard "
                "error, the paper's as the difference of its means.\n\n")
     csv_header = ["benchmark", "method", "seeds", "acc_mean", "acc_std", "paper_acc_mean", "paper_acc_std",
                   "fgt_mean", "fgt_std", "paper_fgt_mean", "paper_fgt_std",
-                  "gcl_lead_seeds", "gcl_lead_mean", "gcl_lead_se", "paper_gcl_lead"]
+                  f"{lead}_lead_seeds", f"{lead}_lead_mean", f"{lead}_lead_se", f"paper_{lead}_lead"]
     return caption + markdown(header, md_rows), csv_text(csv_header, csv_rows)
 
 

@@ -69,6 +69,7 @@ class AGEM(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     label = "A-GEM"
+    style = ("#9467bd", "v")
     task_free = False
     supports_loss_scaling = False  # it projects its gradients itself
     test_settings = {"memory_size": 20, "agem_batch_size": 10}

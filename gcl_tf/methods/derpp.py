@@ -55,6 +55,7 @@ class DERPP(er.ER):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     label = "DER++"
+    style = ("#bcbd22", "<")
     # around the values the paper selects (its appendix: alpha 0.1 to 1, beta 0.5 or 1)
     tune_grid = {"method.alpha": [0.1, 0.2, 0.5, 1.0], "method.beta": [0.5, 1.0]}
 

@@ -31,6 +31,7 @@ class ER(ContinualModel):
     memory samples replayed per step (None: the training batch size). See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    style = ("#8c564b", "P")
     supports_distribution = True
     augments_in_step = True
     test_settings = {"memory_size": 20}

@@ -43,6 +43,7 @@ class ERACE(er.ER):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     label = "ER-ACE"
+    style = ("#17becf", ">")
 
     def learn(self, x, y):
         batch, replicas = x.shape[0], num_replicas()

@@ -146,6 +146,7 @@ class EWC(ContinualModel):
     ``"squared_mean"`` (GEM's code) or ``"empirical"``; ``multi_head``: each loss sees only its
     task's classes. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    style = ("#1f77b4", "s")
     task_free = False
     test_settings = {"fisher_samples": 10}
     tune_grid = {"method.ewc_lambda": [0.1, 1.0, 10.0, 100.0, 1000.0]}  # the paper's "regularization" grid

@@ -19,6 +19,7 @@ class Config(MethodConfig):
 class Finetune(ContinualModel):
     """Plain online training; the common keywords only (see :class:`~gcl_tf.methods.base.ContinualModel`)."""
 
+    style = ("#7f7f7f", "o")  # grey: the lower bound
     supports_distribution = True
     augments_in_step = True
 

@@ -167,6 +167,7 @@ class GEM(ContinualModel):
     ``multi_head``: each loss sees only its task's classes. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    style = ("#2ca02c", "D")
     task_free = False
     supports_loss_scaling = False  # it projects its gradients itself
     tune_grid = {"method.margin": [0.0, 0.1, 0.5, 1.0]}  # the paper's memory strength grid

@@ -29,6 +29,9 @@ class Hooks:
     tune_grid: dict = {}
     #: The method's name in tables and figures (None: the class name); rows follow the registry.
     label: Optional[str] = None
+    #: The method's (colour, marker) in every figure of every suite, matplotlib's (GCL: red with a
+    #: star); None: one of its own besides those of the registered methods (gcl_tf/benchmark/styles.py).
+    style: Optional[tuple] = None
     #: Small settings (method keys) for the library's own tests of every method: runs of a few
     #: steps on tiny streams (tests/test_reliability.py, tests/test_distribute.py).
     test_settings: dict = {}

@@ -140,6 +140,7 @@ class ICaRL(ContinualModel):
     is a clone of ``backbone``."""
 
     label = "iCaRL"
+    style = ("#ff7f0e", "^")
     task_free = False
     test_settings = {"memory_size": 20}
 

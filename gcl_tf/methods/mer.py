@@ -75,6 +75,7 @@ class MER(ContinualModel):
     is the size of the single-sample steps. See :class:`~gcl_tf.methods.base.ContinualModel` for
     the common keywords."""
 
+    style = ("#e377c2", "X")
     task_free = True
     supports_loss_scaling = False  # it moves the weights itself
     test_settings = {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1}

@@ -48,6 +48,7 @@ class MIR(er.ER):
     """MIR. ``memory_size``, ``replay_batch_size``: as ER's; ``candidates``: memory samples scored
     per step. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    style = ("#393b79", "h")
     supports_distribution = False
     test_settings = {"memory_size": 20, "candidates": 10}
 

@@ -241,6 +241,7 @@ class OnPro(ContinualModel):
     :class:`Config`. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     label = "OnPro"
+    style = ("#637939", "p")
     task_free = False  # the first task trains otherwise (train_task0); APF waits for a task's second step
     augments_in_step = True  # its views are always the authors' transform (module docstring)
     test_settings = {"memory_size": 20, "rotations": 4, "projection_size": 8}

@@ -50,6 +50,7 @@ class GCL(Training, Prediction, ContinualModel):
     the test-time noise cache, drawn once per evaluation).
     """
 
+    style = ("#d62728", "*")  # red: the paper's method
     supports_distribution = True
     augments_in_step = True
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
