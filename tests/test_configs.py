@@ -198,7 +198,8 @@ def test_each_checked_preset_is_what_its_adoption_check_decided(folder):
     """A searched preset stays only when `python -m gcl_tf.tune.adopt` said adopt; otherwise the
     config ships the paper's values the check ran against (docs/tuning.md#adopting-a-searched-value)."""
     report = json.load(open(os.path.join(ADOPT, folder, "adopt.json")))
-    shipped = flat_keys(load_config(os.path.join(REPO, report["config"]), [f"method.name={report['method']}"]).to_dict())
+    config = load_config(os.path.join(REPO, report["config"]), [f"method.name={report['method']}"])
+    shipped = flat_keys(config.to_dict())
     paper = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in report["paper"])}
     searched_run = json.load(open(os.path.join(ADOPT, folder, "own-searched-seed0", "results.json")))["config"]
     searched = flat_keys(searched_run)

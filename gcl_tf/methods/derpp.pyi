@@ -9,6 +9,7 @@ class Config(er.Config):
     name: str = "derpp"
     alpha: float = 0.1
     beta: float = 0.5
+    one_pass: bool = False
 
 def logit_mse(logits, stored): ...
 
@@ -25,6 +26,7 @@ class DERPP(er.ER):
         replay_batch_size: Optional[int] = None,
         alpha: float = 0.1,
         beta: float = 0.5,
+        one_pass: bool = False,
         input_shape=None,
         seed: int = 0,
         batch_size: Optional[int] = None,

@@ -7,6 +7,7 @@ from gcl_tf.methods import er
 @dataclass
 class Config(er.Config):
     name: str = "er_ace"
+    one_pass: bool = False
 
 class ERACE(er.ER):
     label = "ER-ACE"
@@ -18,6 +19,7 @@ class ERACE(er.ER):
         num_classes,
         memory_size: int = 1000,
         replay_batch_size: Optional[int] = None,
+        one_pass: bool = False,
         input_shape=None,
         seed: int = 0,
         batch_size: Optional[int] = None,

@@ -8,7 +8,8 @@ the stream's 10 images, then two replay batches of 64) trains its layers on per-
 its moving averages do not match at test time; one run over the concatenation (ER) does not.
 
     python docs/results/split_cifar10_ocl/bn_statistics.py --data data/cifar10.npz \
-        --runs RUNS/er/seed0 RUNS/er_ace/seed0 RUNS/derpp/seed0 RUNS/mir/seed0 --output docs/results/split_cifar10_ocl/bn_statistics.json
+        --runs RUNS/er/seed0 RUNS/er_ace/seed0 RUNS/derpp/seed0 RUNS/mir/seed0 \
+        --output docs/results/split_cifar10_ocl/bn_statistics.json
 """
 from __future__ import annotations
 
