@@ -1,7 +1,6 @@
 """What the speed benchmarks time: a method's model built from a small config (with the settings
-of the method's own speed checks, gcl_tf/methods/speed/), random batches, its training step
-compiled with a trace counter and run once the memory is full, and GCL's evaluation pass over
-test batches."""
+of the method's own speed checks, gcl_tf/methods/speed/), random batches, and its training step
+compiled with a trace counter and run once the memory is full."""
 from __future__ import annotations
 
 import numpy as np
@@ -81,26 +80,6 @@ def prepare_train_step(model, input_shape, jit_compile: bool = False):
         float(logs["loss"])
 
     return one, traces
-
-
-def prepare_evaluation(model, images, samples: int, jit_compile: bool = False):
-    """``evaluation()``: one GCL evaluation pass over the test batches ``images`` with ``samples``
-    graph samples, as the training loop runs it (inside ``model.evaluation_scope()``, after a
-    step counter move: every pass draws its own noise); traced by its first call here."""
-    import tensorflow as tf
-
-    mask = tf.ones([model.num_classes], tf.bool)
-    predict = tf.function(lambda x: model.predict_log_probs(x, mask, samples=samples), jit_compile=jit_compile)
-
-    def evaluation():
-        model.step_counter.assign_add(1)  # a new evaluation: a new seed
-        with model.evaluation_scope():
-            for batch in images:
-                out = predict(batch)
-            out.numpy()
-
-    evaluation()
-    return evaluation
 
 
 def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False, reference=None):
