@@ -42,7 +42,7 @@ def test_bad_variants_are_one_line_exit_2(capsys):
 
 
 def test_a_torch_that_does_not_import_skips_the_anchor_in_one_line(tmp_path, monkeypatch):
-    from gcl_tf.benchmark import gpu
+    from gcl_tf.methods.speed.gcl import gpu
 
     shadow = tmp_path / "shadow" / "torch"
     shadow.mkdir(parents=True)
@@ -60,12 +60,13 @@ def test_a_torch_that_does_not_import_skips_the_anchor_in_one_line(tmp_path, mon
 LEAK = textwrap.dedent("""\
     import json, sys
     import tensorflow as tf
-    from gcl_tf.benchmark import gpu, throughput
+    from gcl_tf.benchmark import workloads
+    from gcl_tf.methods.speed.gcl import gpu
     devices = gpu.setup_devices("cpu")
     report = {}
     for leak in (False, True):
         with tf.device(devices.single):
-            model = throughput.make_model("gcl", (28, 28, 1), memory=20, hidden=16)
+            model = workloads.make_model("gcl", (28, 28, 1), memory=20, hidden=16)
             if leak:
                 learn = model.learn
                 def leaky(x, y):
@@ -74,8 +75,8 @@ LEAK = textwrap.dedent("""\
                         logs["leak"] = tf.reduce_sum(tf.gather(model.memory.images, [0, 1]))
                     return logs
                 model.learn = leaky
-            step, traces = throughput.counting_step(model)
-            x, y = throughput.random_batches((28, 28, 1), 3, seed=3)
+            step, traces = workloads.counting_step(model)
+            x, y = workloads.random_batches((28, 28, 1), 3, seed=3)
             def run():
                 for i in range(3):
                     float(step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))["loss"])
@@ -142,7 +143,7 @@ def test_the_whole_check_runs_on_cpu_devices_and_writes_its_report(tmp_path):
 
 
 def test_the_verdict_reads_the_xla_rows():
-    from gcl_tf.benchmark.gpu import verdict
+    from gcl_tf.benchmark.gpu_report import verdict
 
     def rows(xla_ms):
         return [{"what": f"GCL step {i}", "ms": {"float32": 10.0, "float32 + XLA": ms}} for i, ms in enumerate(xla_ms)]
@@ -189,8 +190,8 @@ def test_the_check_writes_its_tables_json_and_verdict_and_fails_on_a_broken_asse
     reports, the rows' table, the verdict and the exit status; a variable off its device is a
     failure the report names, exit status 1. (The sections' own work on the devices is the long
     form's, and the placement analysis's: the slow tests above.)"""
-    from gcl_tf.benchmark import gpu
     from gcl_tf.benchmark.gpu_devices import Devices
+    from gcl_tf.methods.speed.gcl import gpu
 
     rows, anchor, placed, mirrored = _section_results(misplaced)
     monkeypatch.setattr(gpu, "setup_devices", lambda kind: Devices("CPU", "/CPU:1", ["/CPU:1", "/CPU:2"]))

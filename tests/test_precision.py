@@ -30,7 +30,7 @@ VARIANTS = {"gcl-defaults": ("gcl", {"own_latent": True, "target_loss": "present
 
 
 def build(method, policy, **keys):
-    from gcl_tf.benchmark.throughput import make_model
+    from gcl_tf.benchmark.workloads import make_model
 
     method, variant = VARIANTS.get(method, (method, {}))
     memory = {"gcl": 40, "er": 40, "derpp": 40, "er_ace": 40}.get(method)
@@ -40,7 +40,7 @@ def build(method, policy, **keys):
 def train_losses(model, batches):
     import tensorflow as tf
 
-    from gcl_tf.benchmark.throughput import counting_step
+    from gcl_tf.benchmark.workloads import counting_step
 
     step, traces = counting_step(model)
     losses = [float(step(tf.constant(x), tf.constant(y))["loss"]) for x, y in batches]

@@ -1,7 +1,12 @@
 """The GPU check's devices: which devices are under test (one for the single-device rows and
 placement, all of them as mirrored replicas; everything else is the host), their setup before
-TensorFlow starts, and the environment the report names."""
+TensorFlow starts, the environment the report names, and whether a method's PyTorch anchor (its
+step written plainly in PyTorch, run in a subprocess by its speed checks, gcl_tf/methods/speed/)
+can run here."""
 from __future__ import annotations
+
+import subprocess
+import sys
 
 
 class Devices:
@@ -52,3 +57,19 @@ def environment(devices: Devices) -> dict:
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "device_kind": devices.kind,
             "single_device": devices.single, "replica_devices": devices.replicas, "gpus": details,
             "logical_devices": [d.name for d in tf.config.list_logical_devices()]}
+
+
+def torch_probe(device_kind: str) -> tuple[dict | None, str]:
+    """``(info, note)``: torch's version when it is importable in this Python (with CUDA when the
+    check runs on GPUs), else None and a one-line note saying why the anchor rows are skipped."""
+    code = "import torch; print(torch.__version__, torch.cuda.is_available())"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return None, "PyTorch anchor skipped: importing torch took over 5 minutes"
+    if proc.returncode != 0:
+        return None, "PyTorch anchor skipped: torch is not importable here (pip install torch to compare)"
+    version, cuda = proc.stdout.split()[-2:]
+    if device_kind == "GPU" and cuda != "True":
+        return None, f"PyTorch anchor skipped: torch {version} has no CUDA (a CPU-only build)"
+    return {"version": version, "cuda": cuda == "True"}, ""

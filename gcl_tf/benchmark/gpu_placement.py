@@ -1,7 +1,8 @@
 """The GPU check's placement assertions: where every variable of a model lives, what the
 compiled step's partitioned graphs (from TensorFlow's run metadata) send to the host and where
-they draw the graph noise, on one device and in a short end-to-end continual run under
-MirroredStrategy (generated CIFAR-10-shaped images)."""
+they draw the graph noise; and a short end-to-end continual run under MirroredStrategy
+(generated CIFAR-10-shaped images) whose step is checked so. The models and the run's config are
+the method's speed checks' (gcl_tf/methods/speed/)."""
 from __future__ import annotations
 
 import os
@@ -157,35 +158,6 @@ def check_step(run_steps, count_traces, devices) -> dict:
     return analysis
 
 
-def placement_single(devices, quick, log) -> dict:
-    """A float32 GCL model (MLP) built and stepped on the single device under test. The step's
-    placement is read without XLA (see :data:`XLA_OPS`)."""
-    import tensorflow as tf
-
-    from gcl_tf.benchmark import workloads
-    from gcl_tf.devices import resolve_jit_compile
-
-    memory = 20 if quick else 1000
-    with tf.device(devices.single):
-        model = workloads.make_model("gcl", (28, 28, 1), memory=memory)
-        jit = resolve_jit_compile("auto")
-        step, traces = workloads.counting_step(model, False)
-        x, y = workloads.random_batches((28, 28, 1), 3, seed=3)
-
-        def run():
-            for i in range(3):
-                float(step(tf.constant(x[i * 10:(i + 1) * 10]), tf.constant(y[i * 10:(i + 1) * 10]))["loss"])
-
-        result = check_step(run, lambda: len(traces), devices)
-        with model.evaluation_scope():  # fills the evaluation caches on the device
-            model.predict_log_probs(tf.constant(x[:10]), tf.ones([10], tf.bool), samples=2)
-    result.update(check_variables(model, devices, [devices.single]), jit_compile=False, auto_jit_compile=jit)
-    log(f"  single device {devices.single}: {result['variables']} variables, {len(result['misplaced'])} misplaced; "
-        f"{len(result['variable_contents_to_host'])} variable copies to the host; "
-        f"{result['random_ops_on_device']} random ops on the device, {len(result['random_ops_on_host'])} on the host")
-    return result
-
-
 # ----------------------------------------------------------------------------- end to end
 def generated_cifar(path: str, per_class: int, test_per_class: int, seed: int = 0) -> None:
     """A CIFAR-10-shaped .npz (32x32x3 uint8, 10 classes): per class a smooth random prototype
@@ -204,46 +176,25 @@ def generated_cifar(path: str, per_class: int, test_per_class: int, seed: int = 
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
-def end_to_end_config(devices, quick: bool, data: str):
-    """The end-to-end run's config: Split CIFAR-10-shaped (generated, at ``data``), GCL with the
-    ConvNet (quick: the MLP), 5 tasks, MirroredStrategy on the replica devices."""
-    from gcl_tf import config as config_lib
-
-    replicas = len(devices.replicas)
-    per_task, memory = (20, 20) if quick else (200, 100)
-    generated_cifar(data, per_class=per_task // 2 + 10, test_per_class=20 if quick else 100)
-    return config_lib.resolve({
-        "seed": 0,
-        "benchmark": {"name": "split", "source": "npz", "dataset": "cifar10-shaped (generated)", "path": data,
-                      "num_tasks": 5, "classes_per_task": 2, "samples_per_task": per_task,
-                      "test_samples_per_task": 40 if quick else 200},
-        "method": {"name": "gcl", "memory_size": memory, "test_graph_samples": 3 if quick else 30,
-                   "context_temperature": 1.0, "target_temperature": 5.0},
-        "model": {"backbone": "mlp" if quick else "convnet", "hidden_size": 32 if quick else 256},
-        "train": {"optimizer": "adam", "learning_rate": 0.001, "batch_size": replicas * -(-10 // replicas),  # 10,
-                  "verbose": 0, "log_every": 0, "checkpoint_every": 0,  # or the next multiple of the replicas
-                  "distribute": "mirrored", "devices": devices.replicas},
-        "eval": {"batch_size": replicas * -(-100 // replicas)},
-    })
-
-
-def end_to_end(devices, quick, folder, log) -> dict:
-    """:func:`end_to_end_config`'s run through gcl_tf.train.run; then the run's model, its
-    variables and its compiled step (as Keras runs it: strategy.run of the per-replica step)."""
+def mirrored_run(devices, settings: dict, data: str, folder, log) -> dict:
+    """The run of config ``settings`` (a mapping, resolved here; its images at ``data``, an .npz)
+    through gcl_tf.train.run, in ``folder``/run; then the run's model, its variables and its
+    compiled step (as Keras runs it: strategy.run of the per-replica step)."""
     import tensorflow as tf
 
+    from gcl_tf import config as config_lib
     from gcl_tf import train
     from gcl_tf.distribute import distribute_batches
 
-    data = os.path.join(folder, "split_cifar10_generated.npz")
-    config = end_to_end_config(devices, quick, data)
+    config = config_lib.resolve(settings)
     replicas, batch = len(devices.replicas), config.train.batch_size
     started = time.perf_counter()
     results, model = train.train_model(config, output_dir=os.path.join(folder, "run"), overwrite=True, verbose=0)
     seconds = time.perf_counter() - started
     strategy = model.distribute_strategy
-    log(f"  {replicas} replica(s) on {', '.join(devices.replicas)}: ACC {results['acc']:.1f} over 5 tasks "
-        f"({results['train_steps']} steps) in {seconds:.0f} s; jit_compile {model.jit_compile}")
+    log(f"  {replicas} replica(s) on {', '.join(devices.replicas)}: ACC {results['acc']:.1f} over "
+        f"{config.benchmark.num_tasks} tasks ({results['train_steps']} steps) in {seconds:.0f} s; "
+        f"jit_compile {model.jit_compile}")
 
     x = np.load(data)["x_train"][: 4 * batch]
     y = np.load(data)["y_train"][: 4 * batch].astype(np.int32)

@@ -1,11 +1,9 @@
-"""The GPU check's speed rows: the precision and XLA variants (``--variants``), the rows timed
-(GCL steps with the MLP and the ConvNet, GCL's 30-sample evaluation, the ER step) and their
-measurement, the variants of a row timed in turns."""
+"""The GPU check's speed rows: the precision and XLA variants (``--variants``) and the rows'
+measurement, the variants of a row timed in turns (the rows themselves are the method's speed
+checks': gcl_tf/methods/speed/)."""
 from __future__ import annotations
 
 import time
-
-import numpy as np
 
 from gcl_tf.errors import UserError
 
@@ -30,54 +28,24 @@ def variant_name(policy: str, xla: bool) -> str:
     return POLICY_NAMES[policy] + (" + XLA" if xla else "")
 
 
-def row_specs(quick: bool) -> list[dict]:
-    m_mlp, m_conv, m_er, hidden = (20, 10, 20, 32) if quick else (1000, 250, 1000, 256)
-    return [
-        {"key": "gcl_mlp_step", "what": f"GCL step, MLP, memory {m_mlp}", "unit": "ms/step", "method": "gcl",
-         "shape": (28, 28, 1), "memory": m_mlp, "backbone": "mlp", "hidden": hidden, "anchor": ("mnist", "step")},
-        {"key": "gcl_convnet_step", "what": f"GCL step, ConvNet, memory {m_conv}", "unit": "ms/step", "method": "gcl",
-         "shape": (32, 32, 3), "memory": m_conv, "backbone": "convnet", "hidden": hidden,
-         "anchor": ("cifar", "step")},
-        {"key": "gcl_eval_30", "what": f"GCL evaluation, 30 graph samples, memory {m_mlp}", "unit": "ms/image",
-         "method": "gcl", "shape": (28, 28, 1), "memory": m_mlp, "backbone": "mlp", "hidden": hidden,
-         "evaluation": True, "anchor": ("mnist", "eval")},
-        {"key": "er_step", "what": f"ER step, memory {m_er}", "unit": "ms/step", "method": "er", "shape": (28, 28, 1),
-         "memory": m_er, "backbone": "mlp", "hidden": hidden, "anchor": None},
-    ]
-
-
-def prepare_row(spec, policy, xla, quick):
-    """A callable timing one unit of work of ``spec`` under (policy, xla), the images it covers
-    and its trace counter (None for the evaluation, traced once per pass shape)."""
-    import tensorflow as tf
-
-    from gcl_tf.benchmark import workloads
-
-    model = workloads.make_model(spec["method"], spec["shape"], memory=spec["memory"], backbone=spec["backbone"],
-                                 hidden=spec["hidden"], mixed_precision=policy)
-    if not spec.get("evaluation"):
-        one, traces = workloads.prepare_train_step(model, spec["shape"], jit_compile=xla)
-        return one, 1, traces
-    workloads.fill_memory(workloads.counting_step(model)[0], model, spec["shape"])
-    batch, count = (100, 2) if quick else (500, 20)
-    images = [tf.constant(b) for b in np.split(workloads.random_batches(spec["shape"], count * batch // 10, seed=1)[0],
-                                              count)]
-    return workloads.prepare_evaluation(model, images, 30, jit_compile=xla), count * batch, None
-
-
-def speed_section(devices, variants, repeats, quick, log):
+def time_rows(devices, variants, specs, prepare, repeats, log):
+    """Each row of ``specs`` timed on the single device under test, its variants in turns (medians;
+    ratios to float32 without XLA). A spec: ``key``, ``what``, ``unit``, ``backbone``, ``anchor``
+    and ``evaluation`` (optional; fewer rounds for it and a ConvNet); ``prepare(spec, policy, xla)``
+    gives ``(one, per, traces)``: a callable timing one unit of work, the units it covers and its
+    trace counter (None: not counted)."""
     import tensorflow as tf
 
     from gcl_tf.benchmark.timing import interleaved_seconds
 
     rows = []
-    for spec in row_specs(quick):
+    for spec in specs:
         started = time.perf_counter()
         fns, per, traces = {}, {}, {}
         with tf.device(devices.single):
             for policy, xla in variants:
                 name = variant_name(policy, xla)
-                fns[name], per[name], traces[name] = prepare_row(spec, policy, xla, quick)
+                fns[name], per[name], traces[name] = prepare(spec, policy, xla)
             rounds = max(3, repeats // (4 if spec["backbone"] == "convnet" or spec.get("evaluation") else 1))
             seconds = interleaved_seconds(fns, rounds)
         ms = {name: 1e3 * seconds[name] / per[name] for name in fns}

@@ -1,7 +1,9 @@
 """Timing for the speed benchmarks: medians of repeated wall times, variants timed in turns (one
-call of each per round), and the dense float32 matmul every speed is reported as a fraction of."""
+call of each per round), the dense float32 matmul every speed is reported as a fraction of, and
+the CPU the times were taken on."""
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -61,3 +63,17 @@ class MatmulReference:
         """Median seconds of ``fn()`` and the matmul's GFLOP/s, one of each per round."""
         times = interleaved_seconds({"fn": fn, "matmul": self.matmul}, rounds)
         return times["fn"], self.rate(times["matmul"])
+
+
+def cpu_model() -> dict:
+    """The CPU's model name and its vector extensions (what decides TensorFlow's oneDNN default)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
+    wanted = sorted(f for f in (flags.group(1).split() if flags else [])
+                    if f.startswith(("avx", "amx", "fma")))
+    return {"model": model.group(1).strip() if model else "", "vector_flags": wanted}

@@ -1,6 +1,6 @@
-"""What the speed benchmarks time: a method's model built from a small config, random batches,
-its training step compiled with a trace counter and run once the memory is full, and GCL's
-evaluation pass over test batches."""
+"""What the speed benchmarks time: a method's model built from a small config (with the settings
+of the method's own speed checks, gcl_tf/methods/speed/), random batches, and its training step
+compiled with a trace counter and run once the memory is full."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,12 +11,14 @@ from gcl_tf.benchmark.timing import median_seconds
 def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
                steps_per_execution: int = 1, mixed_precision: str = "float32", augment: str = "none",
                filters: int | None = None, **method_keys):
+    """The method's model, compiled for training, built from a small config: SGD at 0.1, or what
+    its speed checks' ``SETTINGS`` say (gcl_tf/methods/speed/), under ``method_keys``."""
     from gcl_tf import config as config_lib
     from gcl_tf import methods
+    from gcl_tf.methods import speed
 
-    method_section = {"name": method, **method_keys}
-    if method == "gcl":  # the paper's head and loss, the math of the PyTorch anchors, unless asked otherwise
-        method_section = {"own_latent": False, "target_loss": "all", **method_section}
+    settings = speed.settings(method)
+    method_section = {**settings.get("method", {}), "name": method, **method_keys}
     if memory is not None:
         method_section["memory_size"] = memory
     config = config_lib.resolve({
@@ -24,8 +26,7 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
         "benchmark": {"source": "digits", "augment": augment},
         "method": method_section,
         "model": {"backbone": backbone, "hidden_size": hidden, **({"filters": filters} if filters else {})},
-        "train": {"optimizer": "adam" if method == "gcl" else "sgd",
-                  "learning_rate": 0.001 if method == "gcl" else 0.1,
+        "train": {"optimizer": "sgd", "learning_rate": 0.1, **settings.get("train", {}),
                   "steps_per_execution": steps_per_execution, "mixed_precision": mixed_precision},
     })
     model = methods.build(config, input_shape, 10)
@@ -79,26 +80,6 @@ def prepare_train_step(model, input_shape, jit_compile: bool = False):
         float(logs["loss"])
 
     return one, traces
-
-
-def prepare_evaluation(model, images, samples: int, jit_compile: bool = False):
-    """``evaluation()``: one GCL evaluation pass over the test batches ``images`` with ``samples``
-    graph samples, as the training loop runs it (inside ``model.evaluation_scope()``, after a
-    step counter move: every pass draws its own noise); traced by its first call here."""
-    import tensorflow as tf
-
-    mask = tf.ones([model.num_classes], tf.bool)
-    predict = tf.function(lambda x: model.predict_log_probs(x, mask, samples=samples), jit_compile=jit_compile)
-
-    def evaluation():
-        model.step_counter.assign_add(1)  # a new evaluation: a new seed
-        with model.evaluation_scope():
-            for batch in images:
-                out = predict(batch)
-            out.numpy()
-
-    evaluation()
-    return evaluation
 
 
 def time_train_step(model, input_shape, repeats: int, jit_compile: bool = False, reference=None):

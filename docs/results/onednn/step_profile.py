@@ -33,8 +33,7 @@ def main() -> None:
     tf = import_tensorflow()
     from tensorflow.python.util import _pywrap_util_port
 
-    from gcl_tf.benchmark.against_torch import cpu_model
-    from gcl_tf.benchmark.timing import interleaved_seconds
+    from gcl_tf.benchmark.timing import cpu_model, interleaved_seconds
     from gcl_tf.benchmark.workloads import make_model, prepare_train_step
 
     # TensorFlow reads TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS itself; reported below

@@ -1,8 +1,8 @@
 """gcl_tf's GCL training step against the plain PyTorch eager step of the same shapes, taken in turns.
 
-The PyTorch step is ``anchors/torch_gcl_step.py`` (the shared anchor: the paper's math written
-plainly); ours is the compiled ``train_step`` the throughput benchmark times, after the memory is
-full. Each measurement runs in a fresh process (TensorFlow reads ``TF_ENABLE_ONEDNN_OPTS`` once, at
+The PyTorch step is ``anchors/torch_gcl_step.py`` beside this module (the shared anchor: the
+paper's math written plainly); ours is the compiled ``train_step`` the throughput benchmark times,
+after the memory is full. Each measurement runs in a fresh process (TensorFlow reads ``TF_ENABLE_ONEDNN_OPTS`` once, at
 import), and the processes alternate round by round: ours with oneDNN off, ours with it on, PyTorch,
 then again, so that a shared machine's drift falls on all three alike. Reported per regime: the
 median ms of each, and the median over rounds of each round's ratio ours / PyTorch (below 1: ours
@@ -19,7 +19,9 @@ import sys
 
 import numpy as np
 
-from gcl_tf.benchmark.gpu_anchor import run_anchor, torch_probe
+from gcl_tf.benchmark.gpu_devices import torch_probe
+from gcl_tf.benchmark.timing import cpu_model
+from gcl_tf.methods.speed.gcl.anchor import run_anchor
 
 #: regime -> (input shape, memory, trunk): the anchor's two regimes.
 REGIMES = {"mnist": ((28, 28, 1), 1000, "mlp"), "cifar": ((32, 32, 3), 250, "convnet")}
@@ -47,7 +49,7 @@ def child(regime: str, steps: int) -> None:
 
 def ours(regime: str, onednn: str, steps: int, timeout: int = 1800) -> dict:
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="2")
-    args = [sys.executable, "-m", "gcl_tf.benchmark.against_torch", regime, str(steps)]
+    args = [sys.executable, "-m", __name__, regime, str(steps)]
     try:
         proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -96,20 +98,6 @@ def summarize(regime: str, times: dict) -> dict:
         "ratio_range": {name: [float(np.min(r)), float(np.max(r))] for name, r in ratios.items()},
         "times": times,
     }
-
-
-def cpu_model() -> dict:
-    """The CPU's model name and its vector extensions (what decides TensorFlow's oneDNN default)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            text = handle.read()
-    except OSError:
-        return {}
-    model = re.search(r"^model name\s*:\s*(.*)$", text, re.MULTILINE)
-    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    wanted = sorted(f for f in (flags.group(1).split() if flags else [])
-                    if f.startswith(("avx", "amx", "fma")))
-    return {"model": model.group(1).strip() if model else "", "vector_flags": wanted}
 
 
 def markdown(report: dict) -> list[str]:

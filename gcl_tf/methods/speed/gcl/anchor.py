@@ -8,25 +8,10 @@ import re
 import subprocess
 import sys
 
+from gcl_tf.benchmark.gpu_devices import torch_probe
 from gcl_tf.benchmark.gpu_speed import variant_name
 
 ANCHOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "anchors", "torch_gcl_step.py")
-
-
-def torch_probe(device_kind: str) -> tuple[dict | None, str]:
-    """``(info, note)``: torch's version when it is importable in this Python (with CUDA when the
-    check runs on GPUs), else None and a one-line note saying why the anchor rows are skipped."""
-    code = "import torch; print(torch.__version__, torch.cuda.is_available())"
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        return None, "PyTorch anchor skipped: importing torch took over 5 minutes"
-    if proc.returncode != 0:
-        return None, "PyTorch anchor skipped: torch is not importable here (pip install torch to compare)"
-    version, cuda = proc.stdout.split()[-2:]
-    if device_kind == "GPU" and cuda != "True":
-        return None, f"PyTorch anchor skipped: torch {version} has no CUDA (a CPU-only build)"
-    return {"version": version, "cuda": cuda == "True"}, ""
 
 
 def run_anchor(regime: str, what: str, mode: str, device_kind: str, steps: int, timeout: int) -> dict:
