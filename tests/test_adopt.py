@@ -77,6 +77,7 @@ def second_npz(tmp_path) -> str:
 def test_the_check_runs_each_value_over_seeds_on_both_datasets_and_resumes(tmp_path, capsys):
     config, data, out = write_config(tmp_path), second_npz(tmp_path), str(tmp_path / "check")
     argv = ["--config", config, "--method", "er", "--paper", "train.learning_rate=0.01",
+            "--searched", "train.learning_rate=0.05",
             "--second", "benchmark.source=npz", "--second", f"benchmark.path={data}",
             "--second", "benchmark.dataset=noisy_digits", "--seeds", "2", "--output", out]
     assert adopt.main(argv) == 0
@@ -88,7 +89,7 @@ def test_the_check_runs_each_value_over_seeds_on_both_datasets_and_resumes(tmp_p
                 results = json.load(open(os.path.join(out, f"{stream}-{arm}-seed{seed}", "results.json")))
                 assert results["eval_split"] == "validation" and results["seed"] == seed
                 cfg = results["config"]
-                assert cfg["train"]["learning_rate"] == (0.01 if arm == "paper" else 0.1)
+                assert cfg["train"]["learning_rate"] == (0.01 if arm == "paper" else 0.05)
                 assert cfg["benchmark"]["source"] == ("npz" if stream == "second" else "digits")
                 acc[stream][arm].append(results["acc"])
     assert report["acc"] == acc
@@ -101,6 +102,13 @@ def test_the_check_runs_each_value_over_seeds_on_both_datasets_and_resumes(tmp_p
               if os.path.isdir(os.path.join(out, d))}
     assert len(stamps) == 8
     assert adopt.main(argv) == 0
+    assert stamps == {d: os.path.getmtime(os.path.join(out, d, "results.json")) for d in stamps}
+    # The config's preset (or --searched) changed since: its finished runs are not trained again, nor resumed.
+    changed = [a if a != "train.learning_rate=0.05" else "train.learning_rate=0.2" for a in argv]
+    with pytest.raises(SystemExit) as stop:
+        adopt.main(changed)
+    assert stop.value.code == 2
+    assert "holds a finished run of another config" in capsys.readouterr().err
     assert stamps == {d: os.path.getmtime(os.path.join(out, d, "results.json")) for d in stamps}
 
 

@@ -12,7 +12,7 @@ OLD_GCL="--paper train.learning_rate=0.001 --paper method.graph_lambda=50 --pape
   --paper method.context_temperature=0.1 --paper method.target_temperature=5 --paper method.test_temperature=0.1
   --paper method.kernel_width=1.0"
 A="python -m gcl_tf.tune.adopt"
-$A --config configs/permuted_mnist.yaml --method er --paper train.learning_rate=0.1 $MNIST $TO_FASHION --output $OUT/permuted_mnist-er
+$A --config configs/permuted_mnist.yaml --method er --searched train.learning_rate=0.22313340622659925 --paper train.learning_rate=0.1 $MNIST $TO_FASHION --output $OUT/permuted_mnist-er
 $A --config configs/permuted_mnist.yaml --method gcl $OLD_GCL --paper method.kernel_start_edge=0.1 $MNIST $TO_FASHION --output $OUT/permuted_mnist-gcl
 $A --config configs/rotated_mnist.yaml --method gcl $OLD_GCL --paper method.kernel_start_edge=0.1 $MNIST $TO_FASHION --output $OUT/rotated_mnist-gcl
 $A --config configs/permuted_fashion_mnist.yaml --method gcl $OLD_GCL $TO_MNIST --output $OUT/permuted_fashion_mnist-gcl
