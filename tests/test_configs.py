@@ -208,3 +208,8 @@ def test_each_checked_preset_is_what_its_adoption_check_decided(folder):
         assert any(shipped[key] != value for key, value in paper.items()), folder
     else:
         assert all(shipped[key] == value for key, value in paper.items()), (folder, paper)
+
+
+def test_every_searched_preset_has_an_adoption_check():
+    """Issue 52: each preset that is (or was) a search's best trial went through the rule."""
+    assert {"permuted_mnist-er", *(f"{name}-gcl" for name in SEARCHED_GCL)} <= set(CHECKED)
