@@ -42,7 +42,7 @@ def test_bad_variants_are_one_line_exit_2(capsys):
 
 
 def test_a_torch_that_does_not_import_skips_the_anchor_in_one_line(tmp_path, monkeypatch):
-    from gcl_tf.methods.speed.gcl import gpu
+    from gcl_tf.speed.gcl import gpu
 
     shadow = tmp_path / "shadow" / "torch"
     shadow.mkdir(parents=True)
@@ -61,7 +61,7 @@ LEAK = textwrap.dedent("""\
     import json, sys
     import tensorflow as tf
     from gcl_tf.benchmark import workloads
-    from gcl_tf.methods.speed.gcl import gpu
+    from gcl_tf.speed.gcl import gpu
     devices = gpu.setup_devices("cpu")
     report = {}
     for leak in (False, True):
@@ -191,7 +191,7 @@ def test_the_check_writes_its_tables_json_and_verdict_and_fails_on_a_broken_asse
     failure the report names, exit status 1. (The sections' own work on the devices is the long
     form's, and the placement analysis's: the slow tests above.)"""
     from gcl_tf.benchmark.gpu_devices import Devices
-    from gcl_tf.methods.speed.gcl import gpu
+    from gcl_tf.speed.gcl import gpu
 
     rows, anchor, placed, mirrored = _section_results(misplaced)
     monkeypatch.setattr(gpu, "setup_devices", lambda kind: Devices("CPU", "/CPU:1", ["/CPU:1", "/CPU:2"]))

@@ -13,13 +13,14 @@ from gcl_tf import methods
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# Who may name a registered method: the methods themselves, with their own speed checks (GCL's
-# step timed against its PyTorch anchor and its analytic FLOPs, with GCL's keys: gcl_tf/methods/
-# speed/gcl/, run by python -m gcl_tf.benchmark throughput|gpu through the registry); and the
-# published numbers, data about the papers keyed by the registry's names (benchmark/published.py).
+# Who may name a registered method: the methods themselves (gcl_tf/methods/); each method's own
+# speed checks, a room of their own above the benchmark's machinery (GCL's step timed against its
+# PyTorch anchor and its analytic FLOPs, with GCL's keys: gcl_tf/speed/gcl/, run by
+# python -m gcl_tf.benchmark throughput|gpu, found by the lead method's name); and the published
+# numbers, data about the papers keyed by the registry's names (benchmark/published.py).
 # Which method takes which part in the paper's suite (the lead, the memory study's pair, the t-SNE
 # panels, the ablation) is data: gcl_tf/benchmark/paper_suite.yaml, read by benchmark/roles.py.
-NAMES_METHODS = ("gcl_tf.methods", "gcl_tf.benchmark.published")
+NAMES_METHODS = ("gcl_tf.methods", "gcl_tf.speed", "gcl_tf.benchmark.published")
 
 
 def names_methods(module: str) -> bool:

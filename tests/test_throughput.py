@@ -40,7 +40,7 @@ def test_throughput_writes_every_section_of_its_report(tmp_path, monkeypatch, ca
     (throughput.main) with every section's rows as the sections give them: the JSON holds every
     section, the Markdown a table of each, the memory sweep its plot. (The sections' own timings
     are the long form's; steps and eval also run for real in the test below.)"""
-    from gcl_tf.methods.speed.gcl import throughput
+    from gcl_tf.speed.gcl import throughput
 
     class Reference:
         rates = [90.0, 100.0, 110.0]
@@ -90,7 +90,7 @@ def test_throughput_runs_only_the_sections_asked_for_and_names_the_allowed_ones(
 
 
 def test_against_torch_reports_each_rounds_ratio_and_the_cpu():
-    from gcl_tf.methods.speed.gcl import against_torch
+    from gcl_tf.speed.gcl import against_torch
 
     times = {"gcl_tf, oneDNN off": [10.0, 12.0, 9.0], "gcl_tf, oneDNN on": [6.0, 7.0, 5.0],
              "PyTorch eager": [10.0, 10.0, 10.0]}
@@ -108,7 +108,7 @@ def test_against_torch_reports_each_rounds_ratio_and_the_cpu():
 def test_step_gemms_are_the_analytic_flops():
     """The GEMM list the ceiling is timed on has the step's analytic FLOPs (MLP trunk); a
     ConvNet trunk has none (its convolutions are not GEMMs)."""
-    from gcl_tf.methods.speed.gcl import throughput
+    from gcl_tf.speed.gcl import throughput
 
     model = throughput.make_model("gcl", (28, 28, 1), memory=100)
     gemms = throughput.gcl_step_gemms(model, 10)

@@ -1,6 +1,6 @@
 """Analytic FLOPs for the speed benchmarks: a Keras model's Dense and Conv2D layers, forward and
 backward (a method's own count, e.g. GCL's step and evaluation, is its speed checks':
-gcl_tf/methods/speed/), and a list of GEMMs timed alone, back to back (a step's ceiling)."""
+gcl_tf/speed/), and a list of GEMMs timed alone, back to back (a step's ceiling)."""
 from __future__ import annotations
 
 from gcl_tf.benchmark.timing import median_seconds

@@ -1,6 +1,6 @@
 """The GPU check: ``python -m gcl_tf.benchmark gpu --output DIR`` runs the GPU check of the paper's
 method (the ``lead`` of paper_suite.yaml), part of its speed checks,
-``gcl_tf/methods/speed/<lead>/gpu.py`` (GCL's: speed with XLA and mixed precision against the
+``gcl_tf/speed/<lead>/gpu.py`` (GCL's: speed with XLA and mixed precision against the
 plain PyTorch step, placement on the devices, a mirrored continual run; docs/gpu.md). The options
 and the report are that module's (``--help``)."""
 from __future__ import annotations

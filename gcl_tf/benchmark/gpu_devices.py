@@ -1,7 +1,7 @@
 """The GPU check's devices: which devices are under test (one for the single-device rows and
 placement, all of them as mirrored replicas; everything else is the host), their setup before
 TensorFlow starts, the environment the report names, and whether a method's PyTorch anchor (its
-step written plainly in PyTorch, run in a subprocess by its speed checks, gcl_tf/methods/speed/)
+step written plainly in PyTorch, run in a subprocess by its speed checks, gcl_tf/speed/)
 can run here."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 compiled step's partitioned graphs (from TensorFlow's run metadata) send to the host and where
 they draw the graph noise; and a short end-to-end continual run under MirroredStrategy
 (generated CIFAR-10-shaped images) whose step is checked so. The models and the run's config are
-the method's speed checks' (gcl_tf/methods/speed/)."""
+the method's speed checks' (gcl_tf/speed/)."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """The GPU check's conclusions: the failed assertions, and the ``jit_compile`` verdict the speed
 rows support against the one ``train.jit_compile: auto`` makes (gpu_check.md is written by the
-method's speed checks, gcl_tf/methods/speed/)."""
+method's speed checks, gcl_tf/speed/)."""
 from __future__ import annotations
 
 import numpy as np

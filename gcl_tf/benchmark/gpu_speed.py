@@ -1,6 +1,6 @@
 """The GPU check's speed rows: the precision and XLA variants (``--variants``) and the rows'
 measurement, the variants of a row timed in turns (the rows themselves are the method's speed
-checks': gcl_tf/methods/speed/)."""
+checks': gcl_tf/speed/)."""
 from __future__ import annotations
 
 import time

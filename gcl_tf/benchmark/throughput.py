@@ -1,6 +1,6 @@
 """Speed measurements: ``python -m gcl_tf.benchmark throughput [--output DIR]`` runs the throughput
 benchmark of the paper's method (the ``lead`` of paper_suite.yaml), part of its speed checks,
-``gcl_tf/methods/speed/<lead>/throughput.py`` (GCL's: its step and evaluation against the matmul
+``gcl_tf/speed/<lead>/throughput.py`` (GCL's: its step and evaluation against the matmul
 rate, their analytic FLOPs and the plain PyTorch step; docs/performance.md). The options and the
 report are that module's (``--help``)."""
 from __future__ import annotations

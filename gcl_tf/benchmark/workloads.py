@@ -1,5 +1,5 @@
 """What the speed benchmarks time: a method's model built from a small config (with the settings
-of the method's own speed checks, gcl_tf/methods/speed/), random batches, and its training step
+of the method's own speed checks, gcl_tf/speed/), random batches, and its training step
 compiled with a trace counter and run once the memory is full."""
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ def make_model(method: str, input_shape, memory: int | None = None, backbone: st
                steps_per_execution: int = 1, mixed_precision: str = "float32", augment: str = "none",
                filters: int | None = None, **method_keys):
     """The method's model, compiled for training, built from a small config: SGD at 0.1, or what
-    its speed checks' ``SETTINGS`` say (gcl_tf/methods/speed/), under ``method_keys``."""
+    its speed checks' ``SETTINGS`` say (gcl_tf/speed/), under ``method_keys``."""
+    import importlib
+
     from gcl_tf import config as config_lib
     from gcl_tf import methods
-    from gcl_tf.methods import speed
 
-    settings = speed.settings(method)
+    # gcl_tf.speed is a plug-in room above this one (it uses this module): found by name.
+    settings = importlib.import_module("gcl_tf.speed").settings(method)
     method_section = {**settings.get("method", {}), "name": method, **method_keys}
     if memory is not None:
         method_section["memory_size"] = memory

@@ -10,7 +10,7 @@ on the same machine as the gcl_tf figure it is compared with; report the ratio, 
 "compile" wraps the forward pass and loss in torch.compile (needs a C++ compiler on CPU).
 Prints: torch <version> regime=<r> device=<d> mode=<m> M=<M> median_ms_per_step=<ms>
 
-gcl_tf copy (gcl_tf/methods/speed/gcl/anchors/): the shared anchor, plus a fifth argument
+gcl_tf copy (gcl_tf/speed/gcl/anchors/): the shared anchor, plus a fifth argument
 ``eval``, which times instead the prediction of a test batch of 500 images with 30 relaxed-Bernoulli graph samples
 at temperature 0.1 (the trunk on the memory and the batch, the kernel, then per sample: noise,
 normalised graph, aggregation, output head, log-softmax; averaged in probability), as gcl_tf's

@@ -7,7 +7,7 @@ On the visible GPUs, in one process and back to back:
    ER step at memory 1000) under every variant of precision (``train.mixed_precision``) and XLA
    (``jit_compile``), the variants of a row timed in turns (medians; ratios to float32 without
    XLA); then the plain PyTorch GCL step and evaluation of the same shapes
-   (gcl_tf/methods/speed/gcl/anchors/torch_gcl_step.py, eager and torch.compile) when torch is
+   (gcl_tf/speed/gcl/anchors/torch_gcl_step.py, eager and torch.compile) when torch is
    importable with CUDA, and our times as ratios to theirs;
 2. placement: a GCL model on the first GPU and a short end-to-end continual run (Split
    CIFAR-10-shaped generated images, the ConvNet, 5 tasks) under MirroredStrategy on all visible
@@ -56,10 +56,10 @@ from gcl_tf.benchmark.gpu_report import failures, verdict
 from gcl_tf.benchmark.gpu_speed import ALL_VARIANTS, parse_variants
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import write_atomic, write_json_atomic
-from gcl_tf.methods.speed.gcl.anchor import anchor_section
-from gcl_tf.methods.speed.gcl.placement import end_to_end, placement_single
-from gcl_tf.methods.speed.gcl.report import markdown
-from gcl_tf.methods.speed.gcl.rows import speed_section
+from gcl_tf.speed.gcl.anchor import anchor_section
+from gcl_tf.speed.gcl.placement import end_to_end, placement_single
+from gcl_tf.speed.gcl.report import markdown
+from gcl_tf.speed.gcl.rows import speed_section
 
 
 def build_parser():

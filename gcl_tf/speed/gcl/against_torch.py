@@ -21,7 +21,7 @@ import numpy as np
 
 from gcl_tf.benchmark.gpu_devices import torch_probe
 from gcl_tf.benchmark.timing import cpu_model
-from gcl_tf.methods.speed.gcl.anchor import run_anchor
+from gcl_tf.speed.gcl.anchor import run_anchor
 
 #: regime -> (input shape, memory, trunk): the anchor's two regimes.
 REGIMES = {"mnist": ((28, 28, 1), 1000, "mlp"), "cifar": ((32, 32, 3), 250, "convnet")}

@@ -40,8 +40,8 @@ from gcl_tf.benchmark.timing import MATMUL_SIZE, MatmulReference, interleaved_se
 from gcl_tf.benchmark.workloads import counting_step, fill_memory, make_model, random_batches, time_train_step
 from gcl_tf.errors import exit_on_user_error
 from gcl_tf.io import write_atomic, write_json_atomic
-from gcl_tf.methods.speed.gcl import against_torch
-from gcl_tf.methods.speed.gcl.flops import gcl_eval_flops, gcl_step_flops, gcl_step_gemms
+from gcl_tf.speed.gcl import against_torch
+from gcl_tf.speed.gcl.flops import gcl_eval_flops, gcl_step_flops, gcl_step_gemms
 
 
 # ----------------------------------------------------------------------------- sections

@@ -22,7 +22,7 @@ def markdown(report) -> str:
     anchors = report["anchor"]
     lines.append("")
     if anchors.get("runs"):
-        lines += [f"Plain PyTorch {anchors['torch']['version']} (gcl_tf/methods/speed/gcl/anchors/torch_gcl_step.py), "
+        lines += [f"Plain PyTorch {anchors['torch']['version']} (gcl_tf/speed/gcl/anchors/torch_gcl_step.py), "
                   "run right after, on the same device; ours / torch (below 1: ours is faster):", "",
                   "| row | torch | torch time | " + " | ".join(f"ours {n} / torch" for n in names) + " |",
                   "|---|---|---|" + "---|" * len(names)]

@@ -1,4 +1,4 @@
-"""GCL's own speed checks (gcl_tf/methods/speed/__init__.py says what a method's speed checks hold):
+"""GCL's own speed checks (gcl_tf/speed/__init__.py says what a method's speed checks hold):
 its training step and evaluation timed, as fractions of a dense matmul and of their analytic FLOPs,
 and against the plain PyTorch step of the same shapes (``anchors/torch_gcl_step.py``).
 

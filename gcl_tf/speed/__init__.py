@@ -1,5 +1,5 @@
-"""A method's own speed checks, one package per method that has them: ``gcl_tf.methods.speed.<name>``,
-``<name>`` its registry key (GCL's: :mod:`gcl_tf.methods.speed.gcl`).
+"""A method's own speed checks, one package per method that has them: ``gcl_tf.speed.<name>``,
+``<name>`` its registry key (GCL's: :mod:`gcl_tf.speed.gcl`).
 
 They time the method's own step against its reference (a plain PyTorch anchor, an analytic FLOP
 count) with its own settings, so they name the method, its keys and the methods they compare it
@@ -15,8 +15,9 @@ TensorFlow, and a mistake on a command line is answered before TensorFlow loads)
   "train": {...}}`` (:func:`gcl_tf.benchmark.workloads.make_model` reads them);
 - a module per command, ``throughput`` and ``gpu``, each with ``main(argv=None) -> int``.
 
-The packages live here rather than in the method's own package (``gcl_tf/methods/gcl/``), whose
-``__init__`` imports the model and with it TensorFlow.
+The packages live in a room of their own, above gcl_tf/benchmark/ (whose machinery they use) and
+not in the method's package (``gcl_tf/methods/gcl/``, whose ``__init__`` imports TensorFlow, and
+which must not import the benchmark: tests/test_layout.py).
 """
 from __future__ import annotations
 
