@@ -28,7 +28,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
 import dataclasses
-import math
 import sys
 
 from gcl_tf.errors import UserError, exit_on_user_error
@@ -40,14 +39,11 @@ STREAMS = ("own", "second")
 
 # ----------------------------------------------------------------------------- the rule (pure)
 def mean_std(values) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    values = [float(v) for v in values]
-    if not values:
-        raise ValueError("no values")
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    """Mean and sample standard deviation (ddof=1) as the suite's tables give them; 0 for one value."""
+    from gcl_tf.benchmark.layout import mean_std as table_mean_std
+
+    mean, std, n = table_mean_std(values)
+    return mean, (std if n > 1 else 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,22 +114,21 @@ def precheck(args) -> None:
 
 def train_one(config_path: str, overrides: list[str], folder: str, verbose: int) -> dict:
     """One run's results: read when it finished before with this config, else trained (resumed
-    from its last checkpoint when it has one)."""
+    from its last checkpoint when it stopped unfinished, as a search's trial is)."""
     from gcl_tf import config as config_lib
     from gcl_tf import train
-    from gcl_tf.checkpoint import latest_checkpoint
-    from gcl_tf.tune.search import finished_run
+    from gcl_tf.run_layout import RESULTS
+    from gcl_tf.tune.search import can_resume, finished_run
 
     config = config_lib.load_config(config_path, overrides)
     done = finished_run(folder, config)
     if done is not None:
         return done
-    if os.path.exists(os.path.join(folder, "results.json")):
+    if os.path.exists(os.path.join(folder, RESULTS)):
         raise UserError(f"--output: {folder} holds a finished run of another config (the config's preset changed "
                         f"since?); allowed: the values it ran with as --searched or --paper, or another --output")
-    resume = latest_checkpoint(folder) is not None
-    return train.run(config, output_dir=folder, resume=resume, overwrite=not resume and os.path.isdir(folder),
-                     verbose=verbose)
+    resume = can_resume(folder, config)
+    return train.run(config, output_dir=folder, resume=resume, overwrite=not resume, verbose=verbose)
 
 
 def check(args) -> dict:

@@ -149,6 +149,22 @@ def finished_run(folder: str, config) -> dict | None:
     return None
 
 
+def can_resume(output_dir: str, config) -> bool:
+    """True when ``output_dir`` holds checkpoints of an unfinished run of ``config`` (one stopped
+    by a signal): a trial, or a run of ``gcl_tf.tune.adopt``, goes on with ``resume=True`` (else it
+    starts again, overwriting it)."""
+    from gcl_tf import train as train_lib
+    from gcl_tf.checkpoint import saved_checkpoints
+
+    if os.path.exists(os.path.join(output_dir, RESULTS)) or not saved_checkpoints(output_dir):
+        return False
+    try:
+        train_lib.check_resumable(output_dir, config)
+    except UserError:
+        return False
+    return True
+
+
 def _hparams_domain(spec):
     from tensorboard.plugins.hparams import api as hp_api
 

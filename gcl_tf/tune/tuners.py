@@ -15,24 +15,18 @@ from keras_tuner.src.engine.oracle import Display
 
 from gcl_tf import train as train_lib
 from gcl_tf.errors import TrainingError, UserError
-from gcl_tf.run_layout import RESULTS, TENSORBOARD
-from gcl_tf.tune.search import OBJECTIVE, Search, check_same_search, finished_run, format_values, log_hparams
+from gcl_tf.run_layout import TENSORBOARD
+from gcl_tf.tune.search import (
+    OBJECTIVE,
+    Search,
+    can_resume,
+    check_same_search,
+    finished_run,
+    format_values,
+    log_hparams,
+)
 
 TrialStatus = kt.engine.trial.TrialStatus
-
-
-def can_resume(output_dir: str, config) -> bool:
-    """True when ``output_dir`` holds checkpoints of an unfinished run of ``config`` (one stopped
-    by a signal): the tuner runs its trial again with ``resume=True`` (else it overwrites it)."""
-    from gcl_tf.checkpoint import saved_checkpoints
-
-    if os.path.exists(os.path.join(output_dir, RESULTS)) or not saved_checkpoints(output_dir):
-        return False
-    try:
-        train_lib.check_resumable(output_dir, config)
-    except UserError:
-        return False
-    return True
 
 
 class AbortSearch(kt.errors.FatalError, UserError):
