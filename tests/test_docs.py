@@ -231,11 +231,12 @@ def test_setup_py_is_a_shim_over_pyproject():
     assert 'build-backend = "setuptools.build_meta"' in read(os.path.join(REPO, "pyproject.toml"))
 
 
-def readme_results_rows() -> tuple[list[str], list[list[str]]]:
-    """The README's Results table: its header cells and its rows' cells."""
+def readme_results_rows(table: int = 0) -> tuple[list[str], list[list[str]]]:
+    """A table of the README's Results (0: the paper's, 1: today's protocol): its header cells and
+    its rows' cells."""
     section = read(README).split("## Results", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    tables = re.findall(r"(?:^\|.*\n)+", section, re.MULTILINE)
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in tables[table].splitlines()]
     return cells[0], cells[2:]
 
 
@@ -267,6 +268,31 @@ def test_readme_results_table_is_what_the_shipped_results_give():
             mean, std, n = layout.mean_std(r.results["acc"] for r in runs if r.variant == method)
             expected = "-" if n == 0 else (f"{mean:.2f} ({n})" if n == 1 else f"{mean:.2f} ± {std:.2f} ({n})")
             assert cell == expected, (row[0], match.group(0))
+
+
+def test_readme_todays_protocol_table_is_what_the_shipped_runs_give():
+    """The README's today's-protocol table: its "ours" row links the suite folder it comes from, and
+    each cell is the mean (n) or mean ± std (n) of that folder's main runs of the column's method;
+    the "published" row is what published.PUBLISHED_TODAY holds at the study's memory size."""
+    from gcl_tf import methods
+    from gcl_tf.benchmark import layout, published
+
+    header, rows = readme_results_rows(1)
+    by_label = {layout.method_label(m): m for m in methods.REGISTRY}
+    assert set(header[1:]) <= set(by_label) and len(header) >= 7, header
+    ours, shown_published = rows
+    link = re.fullmatch(r"\[ours\]\((docs/results/[^/]+)/tables/today\.md\)", ours[0])
+    assert link and shown_published[0] == "published", (ours[0], shown_published[0])
+    runs = [r for r in layout.collect(os.path.join(REPO, link.group(1))) if r.is_main]
+    assert {r.benchmark for r in runs} == {"split_cifar10_ocl"} and {r.memory_size for r in runs} == {500}
+    for label, cell, pub_cell in zip(header[1:], ours[1:], shown_published[1:]):
+        method = by_label[label]
+        mean, std, n = layout.mean_std(r.results["acc"] for r in runs if r.method == method)
+        expected = "-" if n == 0 else (f"{mean:.2f} ({n})" if n == 1 else f"{mean:.2f} ± {std:.2f} ({n})")
+        assert cell.replace("*", "") == expected, label
+        pub = published.published_today("split_cifar10_ocl", method, 500)
+        assert pub_cell == ("-" if pub is None else f"{pub[0]:.1f}" if pub[0] == pub[1] else
+                            f"{pub[0]:.1f}–{pub[1]:.1f}"), label
 
 
 def test_the_graph_regulariser_profile_reads_a_runs_tensorboard_logs_by_task(tmp_path):
