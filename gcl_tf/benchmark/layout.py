@@ -36,6 +36,7 @@ BENCHMARK_LABELS = {
     "rotated_mnist": "Rotated MNIST",
     "split_svhn": "Split SVHN",
     "split_cifar10": "Split CIFAR10",
+    "split_cifar10_ocl": "Split CIFAR10 (today's protocol)",
     "split_cifar100": "Split CIFAR100",
     "split_miniimagenet": "Split MiniImageNet",
     "permuted_fashion_mnist": "Permuted Fashion-MNIST",
