@@ -87,3 +87,25 @@ def test_published_numbers_are_the_papers_tables():
     assert published.paper_result("split_cifar10", "icarl", "acc") is None  # the paper's "-"
     assert published.paper_lead("rotated_mnist", "er", "gcl") == 5.55
     assert published.paper_lead("split_cifar10", "er", "gcl") == 19.68
+
+
+def memory_run(method, size, seed, acc, seconds, preset_size=250):
+    variant = method if size == preset_size else layout.memory_variant(method, size)
+    return layout.RunResult("split_cifar10", variant, seed, f"/x/{variant}/seed{seed}",
+                            {"acc": acc, "fgt": 10.0, "train_seconds": seconds, "method": method,
+                             "config": {"method": {"name": method, "memory_size": size}}})
+
+
+def test_memory_table_gives_each_methods_training_time_by_memory_size_in_minutes():
+    runs = [memory_run("er", 250, 0, 30.0, 600.0), memory_run("er", 250, 1, 32.0, 720.0),
+            memory_run("er", 100, 0, 20.0, 540.0), memory_run("gcl", 250, 0, 48.0, 3000.0),
+            memory_run("gcl", 1000, 0, 57.0, 11100.0)]
+    md, text = study_tables.memory_table(runs)
+    times = md.split("training time")[1]
+    assert "| ER | 9.00 (n=1) | 11.00 ± 1.41 |" in times  # 540 s; 600 and 720 s
+    assert "| GCL | - | 50.00 (n=1) | 185.00 (n=1) |" in times
+    header = text.splitlines()[0].split(",")
+    rows = {tuple(line.split(",")[1:3]): dict(zip(header, line.split(","))) for line in text.strip().splitlines()[1:]}
+    assert float(rows["er", "250"]["train_seconds_mean"]) == pytest.approx(660.0)
+    assert float(rows["er", "250"]["train_seconds_std"]) == pytest.approx(math.sqrt(7200.0))
+    assert float(rows["gcl", "1000"]["train_seconds_mean"]) == pytest.approx(11100.0)

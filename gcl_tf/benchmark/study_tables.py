@@ -83,8 +83,8 @@ def memory_runs(runs) -> dict:
 
 
 def memory_summary(runs) -> dict:
-    """{benchmark: {(method, size): {"acc": (mean, std, n), "fgt": ...}}}."""
-    return {b: {key: {k: mean_std(r.results[k] for r in group) for k in ("acc", "fgt")}
+    """{benchmark: {(method, size): {"acc": (mean, std, n), "fgt": ..., "train_seconds": ...}}}."""
+    return {b: {key: {k: mean_std(r.results.get(k) for r in group) for k in ("acc", "fgt", "train_seconds")}
                 for key, group in groups.items()}
             for b, groups in memory_runs(runs).items()}
 
@@ -100,12 +100,24 @@ def memory_table(runs) -> tuple[str, str]:
                                          for s in sizes] for m in methods]
             md_parts.append(f"**Memory size on {benchmark_label(b)}: {label}** (mean ± std over {full_n} seed(s)).\n\n"
                             + markdown(["Method"] + [str(s) for s in sizes], rows))
+        minutes = [[method_label(m)] + [fmt_minutes(*stats[(m, s)]["train_seconds"], full_n) if (m, s) in stats
+                                        else "-" for s in sizes] for m in methods]
+        md_parts.append(f"**Memory size on {benchmark_label(b)}: training time** (minutes a run, evaluation excluded, "
+                        "mean ± std; this machine's, under a load that varied: only large ratios mean anything).\n\n"
+                        + markdown(["Method"] + [str(s) for s in sizes], minutes))
         for (m, s) in sorted(stats, key=lambda k: (method_sort_key(k[0]), k[1])):
             st = stats[(m, s)]
             csv_rows.append([b, m, s, st["acc"][2], num(st["acc"][0]), num(st["acc"][1]),
-                             num(st["fgt"][0]), num(st["fgt"][1])])
-    header = ["benchmark", "method", "memory_size", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std"]
+                             num(st["fgt"][0]), num(st["fgt"][1]), num(st["train_seconds"][0]),
+                             num(st["train_seconds"][1])])
+    header = ["benchmark", "method", "memory_size", "seeds", "acc_mean", "acc_std", "fgt_mean", "fgt_std",
+              "train_seconds_mean", "train_seconds_std"]
     return "\n".join(md_parts), csv_text(header, csv_rows)
+
+
+def fmt_minutes(mean: float, std: float, n: int, full_n: int) -> str:
+    """Seconds as minutes in a memory table's cell, as ``fmt`` writes a cell."""
+    return fmt(mean / 60, std / 60, n, full_n)
 
 
 # ----------------------------------------------------------------------------- backbone study
