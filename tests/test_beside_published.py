@@ -87,3 +87,36 @@ def test_memory_figure_sets_the_papers_bars_beside_ours():
     other = [run("tiny", "er", 0, 30.0, 60.0, 20), run("tiny", "er-memory40", 0, 35.0, 55.0, 40)]
     labels = [c.get_label() for c in plots.memory_figure(other, "acc").axes[0].containers]
     assert not any("paper" in str(label) for label in labels)  # a benchmark the paper did not plot
+
+
+def test_protocol_gain_pairs_the_two_protocols_runs_by_seed(tmp_path):
+    import importlib.util
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "results", "split_cifar10_ocl", "protocol_gain.py")
+    spec = importlib.util.spec_from_file_location("protocol_gain", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def write(suite, benchmark, variant, seed, acc, memory):
+        folder = tmp_path / suite / layout.RUNS / benchmark / variant / f"seed{seed}"
+        folder.mkdir(parents=True)
+        config = {"method": {"name": variant.split("-")[0], "memory_size": memory}}
+        (folder / layout.RESULTS).write_text(json.dumps({"acc": acc, "fgt": 1.0, "config": config}))
+
+    for seed, acc in enumerate((34.0, 31.0, 33.0)):
+        write("paper", "split_cifar10", "er-memory500", seed, acc, 500)
+    write("paper", "split_cifar10", "er", 3, 25.0, 250)  # the paper's main run: memory 250, not paired
+    write("today", "split_cifar10_ocl", "er", 0, 52.0, 500)
+    write("today", "split_cifar10_ocl", "er", 3, 53.0, 500)
+    write("today", "split_cifar10_ocl", "er", 2, 50.0, 500)
+    write("today", "split_cifar10_ocl", "er-memory200", 0, 45.0, 200)
+    out = tmp_path / "gain.json"
+    assert script.main(["--paper", str(tmp_path / "paper"), "--today", str(tmp_path / "today"),
+                        "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {int(s): row["gain"] for s, row in result["seeds"].items()} == {0: 18.0, 2: 17.0}
+    assert result["gain_mean"] == pytest.approx(17.5) and result["gain_se"] == pytest.approx(0.5)
+    assert result["n"] == 2 and result["paper"]["n"] == 3 and result["today"]["n"] == 3
+    assert result["paper"]["mean"] == pytest.approx(98 / 3)
