@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 
 SHAPE = (32, 32, 3)
 # (row, method, trunk, filters, method keys): the study's presets (configs/split_cifar10_ocl.yaml)
@@ -64,8 +65,9 @@ def main(argv=None):
               + ("" if er is None else f"  ocl / ER's ocl {ocl / er:6.2f}"), flush=True)
     if args.output:
         with open(args.output, "w") as handle:
-            json.dump({"command": "python docs/results/split_cifar10_ocl/step_times.py "
-                                  f"--repeats {args.repeats}", "cpu_count": os.cpu_count(), "rows": out},
+            rows = "" if args.rows is None else " --rows " + " ".join(shlex.quote(r) for r in args.rows)
+            command = f"python docs/results/split_cifar10_ocl/step_times.py --repeats {args.repeats}{rows}"
+            json.dump({"command": command, "cpu_count": os.cpu_count(), "rows": out},
                       handle, indent=1)
 
 
