@@ -1,7 +1,11 @@
 """Shared test helpers (import as ``from helpers import ...``; pytest puts tests/ on sys.path)."""
+import importlib.util
+import os
 import re
 
 from gcl_tf import config as config_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A small permuted stream of scikit-learn's digits, for the baselines' learning checks.
 DIGITS = {"name": "permuted", "dataset": "digits", "source": "digits", "num_tasks": 3, "samples_per_task": 300}
@@ -64,3 +68,13 @@ def output_weights(model):
 
     kernel, bias = model.network.get_layer("logits").weights
     return kernel.numpy().astype(np.float64), bias.numpy().astype(np.float64)
+
+
+def load_script(*parts: str):
+    """The module of a script the repository ships outside the package (``parts``: its path from
+    the repository's root, e.g. ``"docs", "results", "search", "tuned_configs.py"``)."""
+    path = os.path.join(REPO, *parts)
+    spec = importlib.util.spec_from_file_location(os.path.splitext(parts[-1])[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -90,14 +90,11 @@ def test_memory_figure_sets_the_papers_bars_beside_ours():
 
 
 def test_protocol_gain_pairs_the_two_protocols_runs_by_seed(tmp_path):
-    import importlib.util
     import json
-    import os
 
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", "results", "split_cifar10_ocl", "protocol_gain.py")
-    spec = importlib.util.spec_from_file_location("protocol_gain", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from helpers import load_script
+
+    script = load_script("docs", "results", "split_cifar10_ocl", "protocol_gain.py")
 
     def write(suite, benchmark, variant, seed, acc, memory):
         folder = tmp_path / suite / layout.RUNS / benchmark / variant / f"seed{seed}"

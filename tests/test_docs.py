@@ -299,15 +299,12 @@ def test_the_graph_regulariser_profile_reads_a_runs_tensorboard_logs_by_task(tmp
     """docs/results/split_cifar10/graph_reg_profile/profile.py: per task (``--steps-per-task``
     steps each), the mean of each logged loss term as TensorBoard holds it, λ_G x L_G from the
     run's config, and a resumed run's second log file read as well."""
-    import importlib.util
-
     import tensorflow as tf
     import yaml
 
-    path = os.path.join(REPO, "docs", "results", "split_cifar10", "graph_reg_profile", "profile.py")
-    spec = importlib.util.spec_from_file_location("graph_reg_profile", path)
-    profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile)
+    from helpers import load_script
+
+    profile = load_script("docs", "results", "split_cifar10", "graph_reg_profile", "profile.py")
 
     run = tmp_path / "run"
     (run / "tensorboard").mkdir(parents=True)

@@ -690,12 +690,10 @@ def test_the_shipped_searched_configs_are_the_searches_best_trials(tmp_path, sea
     """docs/results/search/<folder>/ (what the test runs of docs/tuning.md trained) is what
     tuned_configs.py writes: each searched key holds the best trial's value, every other key the
     config's own."""
-    import importlib.util
+    from helpers import load_script
 
     searched = os.path.join(REPO, "docs", "results", "search")
-    spec = importlib.util.spec_from_file_location("tuned_configs", os.path.join(searched, "tuned_configs.py"))
-    tuned = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tuned)
+    tuned = load_script("docs", "results", "search", "tuned_configs.py")
     assert tuned.main([str(tmp_path), "--searches", searches]) == 0
     shipped = sorted(glob.glob(os.path.join(searched, folder, "*.yaml")))
     assert [os.path.basename(p) for p in shipped] == sorted(os.listdir(tmp_path))
