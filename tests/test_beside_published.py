@@ -70,6 +70,28 @@ def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     assert "| 45.7–65.6 |" in md and "| 72.6 |" in md
 
 
+def test_today_gives_a_variant_run_by_hand_its_own_row_and_pairs_against_the_preset():
+    b = "split_cifar10_ocl"
+    runs = [run(b, "er", s, acc, 30.0, 500) for s, acc in enumerate((50.0, 52.0))]
+    runs += [run(b, "er-resnet18_64", 0, 55.0, 30.0, 500, "resnet18", 64)]  # a trunk: the trunk column says it
+    runs += [run(b, "onpro", 0, 70.0, 10.0, 500)]
+    runs += [run(b, "onpro-rotations4", s, acc, 12.0, 500) for s, acc in enumerate((60.0, 58.0))]
+    assert [beside_published.setting_of(r) for r in runs] == ["", "", "", "", "rotations4", "rotations4"]
+    md, text = beside_published.today_table(runs)
+    rows = {(r["method"], r["trunk"], r["setting"]): r for r in rows_of(text)}
+    assert set(rows) == {("er", "resnet18 20", ""), ("er", "resnet18 64", ""), ("onpro", "resnet18 20", ""),
+                         ("onpro", "resnet18 20", "rotations4")}
+    variant = rows["onpro", "resnet18 20", "rotations4"]
+    assert variant["seeds"] == "2" and float(variant["acc_mean"]) == 59.0
+    assert variant["published_low"] == ""  # a deviation is not the published method
+    assert float(variant["onpro_minus_mean"]) == 10.0  # the preset's seed 0 against the variant's
+    assert float(rows["er", "resnet18 20", ""]["onpro_minus_mean"]) == 20.0  # against the preset, not the variant
+    assert "| OnPro (rotations4) |" in md and "| 72.6 |" in md
+    # with no preset run of OnPro, nothing is paired against the variant
+    _, text = beside_published.today_table([r for r in runs if r.variant != "onpro"])
+    assert all(r["onpro_minus_mean"] == "" for r in rows_of(text))
+
+
 def test_memory_figure_sets_the_papers_bars_beside_ours():
     from gcl_tf.benchmark import plots
 

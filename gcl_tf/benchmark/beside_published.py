@@ -8,6 +8,7 @@ difference of published means.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from gcl_tf.benchmark import layout, published, roles
@@ -103,33 +104,46 @@ def cndpm_table(memory_runs: dict) -> tuple[str, str]:
 
 
 # ----------------------------------------------------------------------------- today's protocol
+_TRUNK_OR_MEMORY = re.compile(rf"(?:(?:{'|'.join(map(re.escape, layout.BACKBONES))})(?:_\d+)?|memory\d+)")
+
+
+def setting_of(run) -> str:
+    """What a run's folder changes besides its trunk and memory size (which the table's columns
+    show): ``""`` for the preset (``onpro``, ``er-convnet``, ``er-resnet18_64``, ``er-memory200``),
+    else the folder's suffix (``onpro-rotations4``: ``rotations4``, a stated deviation)."""
+    method, _, suffix = run.variant.partition("-")
+    return "" if not suffix or _TRUNK_OR_MEMORY.fullmatch(suffix) else suffix
+
+
 def today_table(runs) -> tuple[str, str]:
-    """Every run of a benchmark of today's protocol (published.PUBLISHED_TODAY) by method, trunk
-    and memory size: ours beside the published re-runs, and each of roles.TODAY_LEADS (GCL, OnPro)
-    − method paired by seed (that method on its preset's trunk, at the row's memory size)."""
+    """Every run of a benchmark of today's protocol (published.PUBLISHED_TODAY) by method, trunk,
+    memory size and setting (:func:`setting_of`: a variant run by hand, its own row): ours beside
+    the published re-runs, and each of roles.TODAY_LEADS (GCL, OnPro) − method paired by seed (that
+    method's preset, on its preset's trunk, at the row's memory size)."""
     groups = defaultdict(list)
     for run in runs:
         if run.benchmark in published.PUBLISHED_TODAY:
             model = run.config.get("model", {})
             trunk = f"{model.get('backbone')} {model.get('filters')}"
-            groups[(run.benchmark, run.memory_size, run.method, trunk)].append(run)
+            groups[(run.benchmark, run.memory_size, run.method, trunk, setting_of(run))].append(run)
     md_rows, csv_rows = [], []
 
     def reference(b, size, method):
-        found = [key for key in groups if key[:3] == (b, size, method)]
+        found = [key for key in groups if key[:3] == (b, size, method) and not key[4]]
         return groups[min(found, key=lambda k: not _preset_trunk(groups[k]))] if found else []
 
-    for key in sorted(groups, key=lambda k: (k[0], k[1] or 0, method_sort_key(k[2]), k[3])):
-        b, size, method, trunk = key
+    for key in sorted(groups, key=lambda k: (k[0], k[1] or 0, method_sort_key(k[2]), k[3], k[4])):
+        b, size, method, trunk, setting = key
         group = groups[key]
         acc, fgt = (mean_std(r.results[k] for r in group) for k in ("acc", "fgt"))
-        pub = published.published_today(b, method, size)
+        pub = None if setting else published.published_today(b, method, size)
         leads = [lead(group, ref) if ref and ref is not group else (float("nan"), float("nan"), 0)
                  for ref in (reference(b, size, m) for m in roles.TODAY_LEADS)]
         shown_pub = "-" if pub is None else (f"{pub[0]:.1f}" if pub[0] == pub[1] else f"{pub[0]:.1f}–{pub[1]:.1f}")
-        md_rows.append([benchmark_label(b), str(size), method_label(method), trunk, fmt(*acc, show_n=True),
+        label = method_label(method) + (f" ({setting})" if setting else "")
+        md_rows.append([benchmark_label(b), str(size), label, trunk, fmt(*acc, show_n=True),
                         fmt(*fgt), shown_pub, *[fmt_change(*d) if d[2] else "-" for d in leads]])
-        csv_rows.append([b, size, method, trunk, acc[2], num(acc[0]), num(acc[1]), num(fgt[0]), num(fgt[1]),
+        csv_rows.append([b, size, method, trunk, setting, acc[2], num(acc[0]), num(acc[1]), num(fgt[0]), num(fgt[1]),
                          *(num(v) for v in (pub[:2] if pub else (None, None))),
                          *(num(v) for d in leads for v in d[:2])])
     if not md_rows:
@@ -142,8 +156,9 @@ def today_table(runs) -> tuple[str, str]:
                "re-runs' ACC (a range spans a table's memory sizes 200-1000; their trunk: ResNet-18 with 64 "
                f"filters). {' and '.join(f'{name} − method' for name in names)}: the mean of the per-seed "
                f"differences ± its standard error, against {names[0]} ({', '.join(names[1:])}) on its preset's "
-               "trunk at the row's memory size.\n\n")
-    csv_header = ["benchmark", "memory_size", "method", "trunk", "seeds", "acc_mean", "acc_std", "fgt_mean",
+               "trunk at the row's memory size. A method with a setting in brackets is a variant of its "
+               "preset run by hand (its folder's name), not the method as published.\n\n")
+    csv_header = ["benchmark", "memory_size", "method", "trunk", "setting", "seeds", "acc_mean", "acc_std", "fgt_mean",
                   "fgt_std", "published_low", "published_high",
                   *[f"{m}_minus_{s}" for m in roles.TODAY_LEADS for s in ("mean", "se")]]
     return caption + markdown(header, md_rows), csv_text(csv_header, csv_rows)
