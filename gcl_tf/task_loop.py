@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from gcl_tf import metrics
+from gcl_tf import machine, metrics
 from gcl_tf.artifacts import export_artifacts
 from gcl_tf.callbacks import PeriodicCheckpoint, ProgressLine, StepLogger, TaskBoundary, TaskEndEvaluation
 from gcl_tf.data.streams import task_steps_per_epoch, train_dataset
@@ -254,6 +254,7 @@ def run_results(config, model, evaluator, task_seconds, start: Start) -> dict:
             "steps_before": start.first_step},
         "tensorflow_version": tf.__version__,
         "onednn": onednn_enabled(),  # oneDNN's kernels on or off: the numbers' last digits differ by it
+        "machine": machine.describe(),  # the times above are this machine's
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(),
     }

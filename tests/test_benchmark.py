@@ -12,6 +12,8 @@ import types
 import numpy as np
 import pytest
 
+from gcl_tf import machine
+
 from conftest import REPO
 from tiny_suite import BENCHMARK, SEEDS, VARIANTS, build, copy_suite, suite_args
 
@@ -70,6 +72,7 @@ def test_paper_suite_writes_every_run_table_figure_and_artifact():
         assert np.asarray(results["accuracy_matrix"]).shape == (2, 2)
         evaluations = 1 + len(results["evaluations"])  # each evaluation variant evaluates every task again
         assert results["train_samples"] == 2 * 60 and results["eval_samples"] == evaluations * 2 * 2 * 100
+        assert results["machine"] == machine.describe()  # the machine its times are of
     # The studies' settings reached the runs' configs.
     configs = {k: r["config"]["method"] for k, r in results_of(output).items()}
     assert configs[("gcl-no_graph_reg", 0)]["graph_lambda"] == 0
@@ -516,6 +519,13 @@ def test_dry_run_estimates_a_study_from_the_methods_finished_runs_it_does_not_se
     assert "2 runs: 0 finished, 2 to run" in out  # the main run is not among them
     assert (f"time to run: about 2 min (each run as long as the finished ones of its benchmark and variant, else "
             f"method: 1 finished run in {output})") in out
+    assert any(line.startswith("note: the estimate reads 1 run on an unrecorded machine;") for line in out)
+
+    # A run as gcl_tf.train now writes it records its machine: this one's, so no note.
+    path = os.path.join(layout.run_dir(output, BENCHMARK, main_run.variant, 0), "results.json")
+    write_json_atomic(path, {**json.loads(open(path).read()), "machine": machine.describe()})
+    assert paper.main(args) == 0
+    assert not any(line.startswith("note:") for line in capsys.readouterr().out.splitlines())
 
 
 @pytest.mark.parametrize("extra", [0, 3, 20])

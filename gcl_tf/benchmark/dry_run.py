@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import os
 
+from gcl_tf import machine
 from gcl_tf.benchmark import layout
 from gcl_tf.io import read_json
 from gcl_tf.run_layout import RESULTS, checkpoint_steps
@@ -44,12 +45,13 @@ def data_needed(run) -> str:
 
 
 def _timing(folder: str) -> tuple:
-    """``(seconds, train_steps, method)`` of a finished run: its training and evaluation time, its
-    steps and its method's name, from its results.json (each None when it lacks it)."""
+    """``(seconds, train_steps, method, machine)`` of a finished run: its training and evaluation
+    time, its steps, its method's name and the machine it ran on (gcl_tf/machine.py), from its
+    results.json (each None when it lacks it)."""
     try:
         results = read_json(os.path.join(folder, RESULTS))
     except (OSError, ValueError):
-        return None, None, None
+        return None, None, None, None
     try:
         seconds = float(results["train_seconds"]) + float(results["eval_seconds"])
     except (KeyError, TypeError, ValueError):
@@ -57,7 +59,7 @@ def _timing(folder: str) -> tuple:
     steps = results.get("train_steps")
     method = results.get("method")
     return (seconds, (steps if isinstance(steps, int) and steps > 0 else None),
-            method if isinstance(method, str) else None)
+            method if isinstance(method, str) else None, results.get("machine"))
 
 
 def dry_run(runs, output: str, finished) -> list[str]:
@@ -88,11 +90,12 @@ def dry_run(runs, output: str, finished) -> list[str]:
     if not to_do:
         return lines
     timed, by_variant, by_method = _finished_times(output)
-    estimates = []
+    estimates, used = [], {}
     for run, resumed in to_do:
         times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
         if times:
             estimates.append(_estimate(times, resumed))
+            used.update((t[3], t[2]) for t in times)  # each finished run once, by its folder
     if not estimates:
         lines.append(f"time to run: unknown (no finished run of the same benchmark and method in {output} "
                      "to estimate from)")
@@ -103,32 +106,54 @@ def dry_run(runs, output: str, finished) -> list[str]:
         lines.append(f"time to run: about {_duration(sum(estimates))} for {len(estimates)} of the {len(to_do)} "
                      f"runs (from {_count(timed, 'finished run')} in {output}); unknown for the other "
                      f"{len(to_do) - len(estimates)} (no finished run of their benchmark and method)")
+    note = other_machines_note(list(used.values()), machine.describe())
+    if note:
+        lines.append(note)
     return lines
+
+
+def other_machines_note(used: list, here: dict) -> str | None:
+    """A line when some of the finished runs an estimate comes from (their ``machine`` records,
+    None where results.json has none) ran on another machine than ``here``: times differ between
+    machines, by several times for the same step. None when every one ran on this kind of machine."""
+    def key(m):
+        return None if not isinstance(m, dict) else (m.get("cpu"), m.get("isa"), m.get("cpus"))
+
+    others = {}
+    for m in used:
+        if key(m) != key(here):
+            others.setdefault(machine.label(m), 0)
+            others[machine.label(m)] += 1
+    if not others:
+        return None
+    where = "; ".join(f"{_count(n, 'run')} on {name}" for name, n in sorted(others.items()))
+    return (f"note: the estimate reads {where}; this is {machine.label(here)}: times differ between machines "
+            "(a running run's progress line gives this machine's)")
 
 
 def _finished_times(output: str) -> tuple:
     """Every finished run in ``output`` with its times, whether this command selects it or not (a
     study's new variant is estimated from the method's main run): ``(count, {(benchmark, variant):
-    [(seconds, steps)]}, {(benchmark, method): [(seconds, steps)]})``."""
+    [(seconds, steps, machine, folder)]}, {(benchmark, method): [the same]})``."""
     timed, by_variant, by_method = 0, {}, {}
     for path in sorted(glob.glob(os.path.join(output, layout.RUNS, "*", "*", "seed*", RESULTS))):
         folder = os.path.dirname(path)
         variant_dir = os.path.dirname(folder)
         benchmark, variant = os.path.basename(os.path.dirname(variant_dir)), os.path.basename(variant_dir)
-        seconds, steps, method = _timing(folder)
+        seconds, steps, method, ran_on = _timing(folder)
         if seconds is None:
             continue
         timed += 1
-        by_variant.setdefault((benchmark, variant), []).append((seconds, steps))
-        by_method.setdefault((benchmark, method or variant.split("-")[0]), []).append((seconds, steps))
+        by_variant.setdefault((benchmark, variant), []).append((seconds, steps, ran_on, folder))
+        by_method.setdefault((benchmark, method or variant.split("-")[0]), []).append((seconds, steps, ran_on, folder))
     return timed, by_variant, by_method
 
 
 def _estimate(times, resumed_step) -> float:
-    """The seconds a run should take: the mean of ``times`` ((seconds, train_steps) of finished
-    runs), less the share of the steps a checkpoint of ``resumed_step`` already holds."""
-    mean = sum(seconds for seconds, _ in times) / len(times)
-    steps = [n for _, n in times if n]
+    """The seconds a run should take: the mean of ``times`` ((seconds, train_steps, machine, folder) of
+    finished runs, with their folders), less the share of the steps a checkpoint of ``resumed_step`` already holds."""
+    mean = sum(t[0] for t in times) / len(times)
+    steps = [t[1] for t in times if t[1]]
     if not resumed_step or not steps:
         return mean
     return mean * max(0.0, 1.0 - resumed_step / (sum(steps) / len(steps)))

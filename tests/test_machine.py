@@ -1,0 +1,43 @@
+"""The machine a run records in results.json (gcl_tf/machine.py), and the suite's dry run saying
+when its estimate reads runs of another machine."""
+from gcl_tf import machine
+from gcl_tf.benchmark.dry_run import other_machines_note
+
+AVX512 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw
+processor\t: 1
+model name\t: AMD EPYC 9R14
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw
+"""
+AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_1 sse4_2 avx avx2 fma\n"
+ARM = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes\nCPU implementer\t: 0x41\n"
+
+
+def test_cpuinfo_gives_the_model_and_the_widest_vector_extension():
+    assert machine.parse_cpuinfo(AVX512) == ("AMD EPYC 9R14", "avx512")
+    assert machine.parse_cpuinfo(AVX2) == ("AMD EPYC", "avx2")
+    assert machine.parse_cpuinfo(ARM) == (None, None)  # no model name, no x86 extension
+    assert machine.parse_cpuinfo("") == (None, None)
+
+
+def test_describe_reads_the_file_and_falls_back_to_the_architecture(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(AVX2)
+    described = machine.describe(str(path))
+    assert described["cpu"] == "AMD EPYC" and described["isa"] == "avx2" and described["cpus"] >= 1
+    assert machine.label(described) == f"AMD EPYC (avx2, {described['cpus']} CPUs)"
+    missing = machine.describe(str(tmp_path / "none"))
+    assert missing["isa"] is None and missing["cpu"]  # platform.machine(), e.g. x86_64
+    assert machine.label(None) == "an unrecorded machine"
+
+
+def test_the_estimate_names_the_other_machines_it_reads():
+    here = {"cpu": "AMD EPYC", "isa": "avx2", "cpus": 2}
+    fast = {"cpu": "AMD EPYC", "isa": "avx512", "cpus": 2}
+    assert other_machines_note([here, dict(here)], here) is None
+    note = other_machines_note([here, fast, fast, None], here)
+    assert note == ("note: the estimate reads 2 runs on AMD EPYC (avx512, 2 CPUs); 1 run on an unrecorded machine; "
+                    "this is AMD EPYC (avx2, 2 CPUs): times differ between machines (a running run's progress "
+                    "line gives this machine's)")
