@@ -111,7 +111,7 @@ def setting_of(run) -> str:
     """What a run's folder changes besides its trunk and memory size (which the table's columns
     show): ``""`` for the preset (``onpro``, ``er-convnet``, ``er-resnet18_64``, ``er-memory200``),
     else the folder's suffix (``onpro-rotations4``: ``rotations4``, a stated deviation)."""
-    method, _, suffix = run.variant.partition("-")
+    suffix = run.variant.partition("-")[2]
     return "" if not suffix or _TRUNK_OR_MEMORY.fullmatch(suffix) else suffix
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import Counter
+from typing import NamedTuple
 
 from gcl_tf import machine
 from gcl_tf.benchmark import layout
@@ -42,6 +44,15 @@ def data_needed(run) -> str:
     missing = missing_data_path(bench)
     state = f"MISSING: set benchmark.path in {run.config_path} or --set" if missing else "present"
     return f"{bench.source} {bench.path} ({state})"
+
+
+class Finished(NamedTuple):
+    """A finished run's times as an estimate reads them."""
+
+    seconds: float  # training and evaluation
+    steps: int | None  # its training steps
+    machine: dict | None  # the machine it ran on (results.json's ``machine``)
+    folder: str
 
 
 def _timing(folder: str) -> tuple:
@@ -95,7 +106,7 @@ def dry_run(runs, output: str, finished) -> list[str]:
         times = by_variant.get((run.benchmark, run.variant)) or by_method.get((run.benchmark, run.method))
         if times:
             estimates.append(_estimate(times, resumed))
-            used.update((t[3], t[2]) for t in times)  # each finished run once, by its folder
+            used.update((t.folder, t.machine) for t in times)  # each finished run once
     if not estimates:
         lines.append(f"time to run: unknown (no finished run of the same benchmark and method in {output} "
                      "to estimate from)")
@@ -119,11 +130,7 @@ def other_machines_note(used: list, here: dict) -> str | None:
     def key(m):
         return None if not isinstance(m, dict) else (m.get("cpu"), m.get("isa"), m.get("cpus"))
 
-    others = {}
-    for m in used:
-        if key(m) != key(here):
-            others.setdefault(machine.label(m), 0)
-            others[machine.label(m)] += 1
+    others = Counter(machine.label(m) for m in used if key(m) != key(here))
     if not others:
         return None
     where = "; ".join(f"{_count(n, 'run')} on {name}" for name, n in sorted(others.items()))
@@ -134,7 +141,7 @@ def other_machines_note(used: list, here: dict) -> str | None:
 def _finished_times(output: str) -> tuple:
     """Every finished run in ``output`` with its times, whether this command selects it or not (a
     study's new variant is estimated from the method's main run): ``(count, {(benchmark, variant):
-    [(seconds, steps, machine, folder)]}, {(benchmark, method): [the same]})``."""
+    [Finished]}, {(benchmark, method): [Finished]})``."""
     timed, by_variant, by_method = 0, {}, {}
     for path in sorted(glob.glob(os.path.join(output, layout.RUNS, "*", "*", "seed*", RESULTS))):
         folder = os.path.dirname(path)
@@ -144,16 +151,17 @@ def _finished_times(output: str) -> tuple:
         if seconds is None:
             continue
         timed += 1
-        by_variant.setdefault((benchmark, variant), []).append((seconds, steps, ran_on, folder))
-        by_method.setdefault((benchmark, method or variant.split("-")[0]), []).append((seconds, steps, ran_on, folder))
+        finished = Finished(seconds, steps, ran_on, folder)
+        by_variant.setdefault((benchmark, variant), []).append(finished)
+        by_method.setdefault((benchmark, method or variant.split("-")[0]), []).append(finished)
     return timed, by_variant, by_method
 
 
 def _estimate(times, resumed_step) -> float:
-    """The seconds a run should take: the mean of ``times`` ((seconds, train_steps, machine, folder) of
-    finished runs, with their folders), less the share of the steps a checkpoint of ``resumed_step`` already holds."""
-    mean = sum(t[0] for t in times) / len(times)
-    steps = [t[1] for t in times if t[1]]
+    """The seconds a run should take: the mean of ``times`` (:class:`Finished` runs), less the share
+    of the steps a checkpoint of ``resumed_step`` already holds."""
+    mean = sum(t.seconds for t in times) / len(times)
+    steps = [t.steps for t in times if t.steps]
     if not resumed_step or not steps:
         return mean
     return mean * max(0.0, 1.0 - resumed_step / (sum(steps) / len(steps)))
