@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections import Counter
 
 #: x86 vector extensions from the widest down (the flags /proc/cpuinfo lists).
 ISA_FLAGS = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4.2"))
@@ -52,3 +53,14 @@ def label(machine) -> str:
     details = ", ".join(part for part in (machine.get("isa"),
                                           machine.get("cpus") and f"{machine['cpus']} CPUs") if part)
     return f"{machine.get('cpu') or 'a CPU'}" + (f" ({details})" if details else "")
+
+
+def mixed(records) -> str:
+    """``""`` when ``records`` (results.json ``machine`` entries, None where a run has none) are all
+    of one recorded machine, else where the runs ran: ``3 runs on an unrecorded machine, 1 on AMD
+    EPYC (avx2, 2 CPUs)``, for a table of times to say that they do not compare."""
+    counts = Counter(label(m) for m in records)
+    if len(counts) == 1 and "an unrecorded machine" not in counts:
+        return ""
+    parts = [f"{n} {'run' if n == 1 else 'runs'} on {name}" for name, n in sorted(counts.items())]
+    return ", ".join(parts)

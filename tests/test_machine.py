@@ -41,3 +41,30 @@ def test_the_estimate_names_the_other_machines_it_reads():
     assert note == ("note: the estimate reads 2 runs on AMD EPYC (avx512, 2 CPUs); 1 run on an unrecorded machine; "
                     "this is AMD EPYC (avx2, 2 CPUs): times differ between machines (a running run's progress "
                     "line gives this machine's)")
+
+
+def test_a_table_of_times_says_when_its_runs_ran_on_several_machines():
+    here = {"cpu": "AMD EPYC", "isa": "avx2", "cpus": 2}
+    assert machine.mixed([here, dict(here)]) == ""
+    assert machine.mixed([here, None, None]) == "1 run on AMD EPYC (avx2, 2 CPUs), 2 runs on an unrecorded machine"
+    assert machine.mixed([None]) == "1 run on an unrecorded machine"  # unknown: not "one machine"
+
+
+def test_the_memory_tables_time_caption_names_the_machines():
+    from gcl_tf.benchmark import layout, study_tables
+
+    def run(variant, seed, seconds, ran_on):
+        method, size = variant.split("-memory")[0], int(variant.split("memory")[1])
+        results = {"acc": 50.0, "fgt": 10.0, "train_seconds": seconds, "method": method,
+                   "config": {"method": {"name": method, "memory_size": size}}}
+        if ran_on:
+            results["machine"] = ran_on
+        return layout.RunResult("split_cifar10", variant, seed, "/x", results)
+
+    fast = {"cpu": "AMD EPYC", "isa": "avx512", "cpus": 2}
+    same = [run("er-memory100", 0, 600.0, fast), run("er-memory200", 0, 900.0, fast)]
+    md, _ = study_tables.memory_table(same)
+    assert "machines" not in md
+    md, _ = study_tables.memory_table(same + [run("er-memory500", 0, 3000.0, None)])
+    assert ("the runs' machines: 2 runs on AMD EPYC (avx512, 2 CPUs), 1 run on an unrecorded machine (times of "
+            "different machines do not compare)") in md

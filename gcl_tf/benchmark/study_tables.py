@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gcl_tf import machine
 from gcl_tf.benchmark import layout, roles
 from gcl_tf.benchmark.cells import METRICS, change_vs_full, csv_text, fmt, fmt_change, markdown, num
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
@@ -102,8 +103,10 @@ def memory_table(runs) -> tuple[str, str]:
                             + markdown(["Method"] + [str(s) for s in sizes], rows))
         minutes = [[method_label(m)] + [fmt_minutes(*stats[(m, s)]["train_seconds"], full_n) if (m, s) in stats
                                         else "-" for s in sizes] for m in methods]
+        where = machine.mixed(r.results.get("machine") for group in memory_runs(runs)[b].values() for r in group)
+        where = f"; the runs' machines: {where} (times of different machines do not compare)" if where else ""
         md_parts.append(f"**Memory size on {benchmark_label(b)}: training time** (minutes a run, evaluation excluded, "
-                        "mean ± std; this machine's, under a load that varied: only large ratios mean anything).\n\n"
+                        f"mean ± std; under a load that varied: only large ratios mean anything{where}).\n\n"
                         + markdown(["Method"] + [str(s) for s in sizes], minutes))
         for (m, s) in sorted(stats, key=lambda k: (method_sort_key(k[0]), k[1])):
             st = stats[(m, s)]
