@@ -57,8 +57,8 @@ def label(machine) -> str:
 
 def mixed(records) -> str:
     """``""`` when ``records`` (results.json ``machine`` entries, None where a run has none) are all
-    of one recorded machine, else where the runs ran: ``3 runs on an unrecorded machine, 1 on AMD
-    EPYC (avx2, 2 CPUs)``, for a table of times to say that they do not compare."""
+    of one recorded machine, else where the runs ran: ``1 run on AMD EPYC (avx2, 2 CPUs), 3 runs on
+    an unrecorded machine``, for a table of times to say that they do not compare."""
     counts = Counter(label(m) for m in records)
     if len(counts) == 1 and "an unrecorded machine" not in counts:
         return ""
