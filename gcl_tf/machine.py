@@ -55,12 +55,16 @@ def label(machine) -> str:
     return f"{machine.get('cpu') or 'a CPU'}" + (f" ({details})" if details else "")
 
 
-def mixed(records) -> str:
-    """``""`` when ``records`` (results.json ``machine`` entries, None where a run has none) are all
-    of one recorded machine, else where the runs ran: ``1 run on AMD EPYC (avx2, 2 CPUs), 3 runs on
-    an unrecorded machine``, for a table of times to say that they do not compare."""
+def where(records) -> str:
+    """Where the runs of ``records`` (results.json ``machine`` entries, None where a run has none)
+    ran: ``1 run on AMD EPYC (avx2, 2 CPUs), 3 runs on an unrecorded machine``."""
     counts = Counter(label(m) for m in records)
-    if len(counts) == 1 and "an unrecorded machine" not in counts:
-        return ""
-    parts = [f"{n} {'run' if n == 1 else 'runs'} on {name}" for name, n in sorted(counts.items())]
-    return ", ".join(parts)
+    return ", ".join(f"{n} {'run' if n == 1 else 'runs'} on {name}" for name, n in sorted(counts.items()))
+
+
+def mixed(records) -> str:
+    """``""`` when ``records`` are all of one recorded machine, else :func:`where` they ran: for a
+    table of times to say that they do not compare."""
+    records = list(records)
+    one = len({label(m) for m in records}) == 1 and all(isinstance(m, dict) for m in records)
+    return "" if one else where(records)

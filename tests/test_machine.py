@@ -38,7 +38,7 @@ def test_the_estimate_names_the_other_machines_it_reads():
     fast = {"cpu": "AMD EPYC", "isa": "avx512", "cpus": 2}
     assert other_machines_note([here, dict(here)], here) is None
     note = other_machines_note([here, fast, fast, None], here)
-    assert note == ("note: the estimate reads 2 runs on AMD EPYC (avx512, 2 CPUs); 1 run on an unrecorded machine; "
+    assert note == ("note: the estimate reads 2 runs on AMD EPYC (avx512, 2 CPUs), 1 run on an unrecorded machine; "
                     "this is AMD EPYC (avx2, 2 CPUs): times differ between machines (a running run's progress "
                     "line gives this machine's)")
 

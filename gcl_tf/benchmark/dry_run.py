@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import glob
 import os
-from collections import Counter
 from typing import NamedTuple
 
 from gcl_tf import machine
@@ -127,15 +126,11 @@ def other_machines_note(used: list, here: dict) -> str | None:
     """A line when some of the finished runs an estimate comes from (their ``machine`` records,
     None where results.json has none) ran on another machine than ``here``: times differ between
     machines, by several times for the same step. None when every one ran on this kind of machine."""
-    def key(m):
-        return None if not isinstance(m, dict) else (m.get("cpu"), m.get("isa"), m.get("cpus"))
-
-    others = Counter(machine.label(m) for m in used if key(m) != key(here))
+    others = [m for m in used if machine.label(m) != machine.label(here)]
     if not others:
         return None
-    where = "; ".join(f"{_count(n, 'run')} on {name}" for name, n in sorted(others.items()))
-    return (f"note: the estimate reads {where}; this is {machine.label(here)}: times differ between machines "
-            "(a running run's progress line gives this machine's)")
+    return (f"note: the estimate reads {machine.where(others)}; this is {machine.label(here)}: times differ "
+            "between machines (a running run's progress line gives this machine's)")
 
 
 def _finished_times(output: str) -> tuple:

@@ -92,6 +92,8 @@ def memory_summary(runs) -> dict:
 
 def memory_table(runs) -> tuple[str, str]:
     md_parts, csv_rows = [], []
+    machines = {b: [r.results.get("machine") for group in groups.values() for r in group]
+                for b, groups in memory_runs(runs).items()}
     for b, stats in sorted(memory_summary(runs).items()):
         sizes = sorted({size for (_, size) in stats})
         methods = sorted({m for (m, _) in stats}, key=method_sort_key)
@@ -103,7 +105,7 @@ def memory_table(runs) -> tuple[str, str]:
                             + markdown(["Method"] + [str(s) for s in sizes], rows))
         minutes = [[method_label(m)] + [fmt_minutes(*stats[(m, s)]["train_seconds"], full_n) if (m, s) in stats
                                         else "-" for s in sizes] for m in methods]
-        where = machine.mixed(r.results.get("machine") for group in memory_runs(runs)[b].values() for r in group)
+        where = machine.mixed(machines[b])
         where = f"; the runs' machines: {where} (times of different machines do not compare)" if where else ""
         md_parts.append(f"**Memory size on {benchmark_label(b)}: training time** (minutes a run, evaluation excluded, "
                         f"mean ± std; under a load that varied: only large ratios mean anything{where}).\n\n"
