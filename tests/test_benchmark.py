@@ -927,7 +927,9 @@ def test_no_graph_lambda_table_from_the_ablation_alone(tmp_path):
 
 def test_memory_methods_run_one_half_of_the_memory_study(monkeypatch):
     """``--memory-methods er`` plans ER's memory runs only (issue 51: ER's minutes-long runs
-    first); the main study's --methods does not touch the memory study; another name is refused."""
+    first); the main study's --methods does not touch the memory study (the paper's two by default);
+    any other preset with a memory joins it (issue 49: today's baselines at 200 and 1000), one
+    without a memory or without a preset is refused, naming those allowed."""
     from gcl_tf.benchmark import paper
     from gcl_tf.errors import UserError
 
@@ -938,9 +940,16 @@ def test_memory_methods_run_one_half_of_the_memory_study(monkeypatch):
     both = paper.plan(benchmarks=["split_cifar10"], methods=["finetune"], studies=["memory"], seeds=1,
                       log=lambda text: None)
     assert {r.method for r in both} == {"er", "gcl"}
-    with pytest.raises(UserError, match="--memory-methods: 'gem' is not a method of the memory study"):
-        paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=["gem"],
-                   log=lambda text: None)
+    today = paper.plan(benchmarks=["split_cifar10_ocl"], memory_benchmarks=["split_cifar10_ocl"],
+                       studies=["memory"], seeds=1, memory_methods=["mir,er_ace"], memory_sizes=["200,500"],
+                       log=lambda text: None, method_keys=False)
+    assert [(r.variant, r.stated.get("memory_size")) for r in today] == [
+        ("er_ace-memory200", 200), ("er_ace", 500), ("mir-memory200", 200), ("mir", 500)]
+    allowed = "allowed: gem, er, gcl, derpp, er_ace, mir"
+    for name, why in (("finetune", "keeps no memory"), ("onpro", "has no preset there")):
+        with pytest.raises(UserError, match=f"--memory-methods: '{name}' {why} .*; {allowed}$"):
+            paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=[name],
+                       log=lambda text: None, method_keys=False)
 
 
 def test_the_suites_roles_are_data_naming_registered_methods(tmp_path):

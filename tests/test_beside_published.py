@@ -44,6 +44,22 @@ def test_memory_beside_the_papers_figures_pairs_gcl_and_er_by_seed():
     assert "CN-DPM (quoted)" in md
 
 
+def test_the_memory_table_takes_any_method_with_a_memory_size_run():
+    """Besides the paper's two, a method joins a benchmark's memory table when it has a run at a
+    memory size of its own there (``--memory-methods er_ace``), its main run counting at its
+    preset's size; a method with main runs only stays out, and so does a benchmark without any."""
+    b = "split_cifar10_ocl"
+    runs = [run(b, "er", 0, 50.0, 30.0, 500), run(b, "er-memory200", 0, 45.0, 40.0, 200),
+            run(b, "er_ace", 0, 52.0, 15.0, 500), run(b, "er_ace-memory200", 0, 42.0, 17.0, 200),
+            run(b, "mir", 0, 50.0, 39.0, 500), run(b, "gcl", 0, 56.0, 16.0, 500, "convnet", 64),
+            run("split_mnist", "er_ace", 0, 80.0, 10.0, 500)]
+    groups = study_tables.memory_runs(runs)
+    assert set(groups) == {b}
+    assert set(groups[b]) == {("er", 500), ("er", 200), ("er_ace", 500), ("er_ace", 200), ("gcl", 500)}
+    md, text = study_tables.memory_table(runs)
+    assert "| ER-ACE | 42.00 | 52.00 |" in md
+
+
 def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     b = "split_cifar10_ocl"
     runs = [run(b, "er", s, acc, 30.0, 500) for s, acc in ((0, 50.0), (2, 52.0))]  # seed 1 missing

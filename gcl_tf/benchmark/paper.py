@@ -74,7 +74,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
     training); the same run twice (the memory study at the preset's size, the main run) once.
     ``method_keys=False``: before TensorFlow loads, without the methods' own keys, each run with
     those its config states (``Run.stated``; gcl_tf.benchmark.studies.preset_value);
-    ``memory_methods``: the memory study's (default: ER and GCL)."""
+    ``memory_methods``: the memory study's (default: the paper's ER and GCL; studies.memory_methods)."""
     from gcl_tf import config as config_lib
 
     studies, selected, wanted_methods, sizes, trunks, lambdas = selection.selection(
@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-sizes", nargs="+", metavar="N", default=[",".join(map(str, PAPER_MEMORY_SIZES))],
                         help="memory sizes of the memory study (default: 100,250,500,1000)")
     parser.add_argument("--memory-methods", nargs="+", metavar="NAME",
-                        help=f"methods of the memory study, of {','.join(roles.MEMORY_METHODS)} (default: both)")
+                        help="methods of the memory study: any preset with a memory "
+                             f"(default: {','.join(roles.MEMORY_METHODS)}, the paper's figure)")
     parser.add_argument("--backbone-benchmarks", nargs="+", metavar="NAME",
                         help="benchmarks of the backbone study, or all (default: split_cifar10)")
     parser.add_argument("--backbones", nargs="+", metavar="TRUNK", default=[",".join(layout.BACKBONES)],

@@ -83,7 +83,7 @@ def accuracy_tasks_figure(runs, benchmark: str, styles=None) -> Figure | None:
 
 # ----------------------------------------------------------------------------- memory study
 def memory_figure(runs, metric: str, styles=None) -> Figure | None:
-    """ER vs GCL across memory sizes: one panel per benchmark, bars with std error bars; the
+    """The memory study's methods across memory sizes: one panel per benchmark, bars with std error bars; the
     paper's bars beside ours (hatched) where its memory figures have the benchmark."""
     summary = study_tables.memory_summary(runs)
     if not summary:

@@ -4,9 +4,9 @@ main runs: ``(variant folder, method, overrides on top of the method's preset)``
 
 - ``ablation``: the lead method (the paper's, GCL) without one more component each time
   (``roles.ABLATIONS``);
-- ``memory``: the memory study's two methods (the paper's: ER and GCL, ``roles.MEMORY_METHODS``)
-  at each memory size (the preset's own size: the main run); ``--memory-methods`` naming one of
-  them runs its half;
+- ``memory``: the memory study's methods (the paper's two, ER and GCL, ``roles.MEMORY_METHODS``;
+  ``--memory-methods`` names others: any preset of the config with a memory) at each memory size
+  (the preset's own size: the main run);
 - ``backbone``: each method on each trunk of ``layout.BACKBONES``. **The rule, the same for every
   method: a backbone variant is the method's preset with only the trunk's keys replaced**
   (``model.backbone`` and ``model.filters``: the authors' ConvNet with 64 filters, GEM's reduced
@@ -47,16 +47,34 @@ def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
             if variant not in roles.DERIVED]
 
 
-def memory(path: str, presets, sizes, preset_size, methods=()) -> list[tuple[str, str, list[str]]]:
-    """The memory study's two methods at each of ``sizes`` (of the two, ``methods`` when given:
-    ``--memory-methods er`` runs ER's half); ``preset_size(method)``: the preset's memory size
-    (None: unknown, every size a variant)."""
-    unknown = [m for m in methods if m not in roles.MEMORY_METHODS]
+def has_memory(method: str) -> bool:
+    """Whether ``method`` keeps an episodic memory (its ``Config`` is a ``MemoryMethodConfig``;
+    read without TensorFlow)."""
+    from gcl_tf import methods as registry
+
+    return issubclass(registry.read_config(method), MemoryMethodConfig)
+
+
+def memory_methods(path: str, presets, methods=()) -> list[str]:
+    """The memory study's methods on the config ``path``: the paper's two (``roles.MEMORY_METHODS``)
+    by default, else ``methods`` (``--memory-methods``: any preset of the config with a memory,
+    ``er`` runs ER's half of the paper's figure, ``er_ace,derpp`` puts today's baselines beside
+    them), in the order of the config's presets."""
+    if not methods:
+        return list(roles.MEMORY_METHODS)
+    allowed = [m for m in presets if has_memory(m)]
+    unknown = [m for m in methods if m not in allowed]
     if unknown:
-        raise UserError(f"--memory-methods: {unknown[0]!r} is not a method of the memory study; allowed: "
-                        f"{', '.join(roles.MEMORY_METHODS)}")
+        why = "keeps no memory" if unknown[0] in presets else "has no preset there"
+        raise UserError(f"--memory-methods: {unknown[0]!r} {why} ({path}); allowed: {', '.join(allowed)}")
+    return [m for m in presets if m in methods]
+
+
+def memory(path: str, presets, sizes, preset_size, methods=()) -> list[tuple[str, str, list[str]]]:
+    """The memory study's methods (:func:`memory_methods`) at each of ``sizes``;
+    ``preset_size(method)``: the preset's memory size (None: unknown, every size a variant)."""
     out = []
-    for method in [m for m in roles.MEMORY_METHODS if not methods or m in methods]:
+    for method in memory_methods(path, presets, methods):
         if method not in presets:
             raise UserError(f"{path}: the memory study needs a {method} preset")
         own = preset_size(method)

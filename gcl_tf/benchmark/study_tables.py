@@ -71,12 +71,16 @@ def ablation_table(runs) -> tuple[str, str]:
 # ----------------------------------------------------------------------------- memory study
 def memory_runs(runs) -> dict:
     """{benchmark: {(method, memory_size): [runs]}} for the benchmarks with a memory-study run;
-    the main runs of the memory study's methods count at their preset's memory size."""
-    studied = {r.benchmark for r in runs if r.memory_size is not None
-               and r.variant == layout.memory_variant(r.method, r.memory_size)}
+    the main runs of the memory study's methods (the paper's two, and any other with a memory-size
+    run on that benchmark: ``--memory-methods``) count at their preset's memory size."""
+    studied = defaultdict(set)  # {benchmark: methods with a run at a memory size not their preset's}
+    for r in runs:
+        if r.memory_size is not None and r.variant == layout.memory_variant(r.method, r.memory_size):
+            studied[r.benchmark].add(r.method)
     out = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        if run.benchmark not in studied or run.method not in roles.MEMORY_METHODS:
+        if run.benchmark not in studied or not (run.method in roles.MEMORY_METHODS
+                                                or run.method in studied[run.benchmark]):
             continue
         if run.is_main or run.variant == layout.memory_variant(run.method, run.memory_size):
             out[run.benchmark][(run.method, int(run.memory_size))].append(run)
