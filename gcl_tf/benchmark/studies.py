@@ -48,11 +48,11 @@ def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
 
 
 def has_memory(method: str) -> bool:
-    """Whether ``method`` keeps an episodic memory (its ``Config`` is a ``MemoryMethodConfig``;
-    read without TensorFlow)."""
+    """Whether ``method`` is a registered method that keeps an episodic memory (its ``Config`` is a
+    ``MemoryMethodConfig``; read without TensorFlow)."""
     from gcl_tf import methods as registry
 
-    return issubclass(registry.read_config(method), MemoryMethodConfig)
+    return method in registry.REGISTRY and issubclass(registry.read_config(method), MemoryMethodConfig)
 
 
 def memory_methods(path: str, presets, methods=()) -> list[str]:
