@@ -68,3 +68,28 @@ def test_the_memory_tables_time_caption_names_the_machines():
     md, _ = study_tables.memory_table(same + [run("er-memory500", 0, 3000.0, None)])
     assert ("the runs' machines: 2 runs on AMD EPYC (avx512, 2 CPUs), 1 run on an unrecorded machine (times of "
             "different machines do not compare)") in md
+
+
+def test_the_timing_table_names_each_rows_machines_when_its_runs_ran_on_several():
+    from gcl_tf.benchmark import layout, tables
+
+    def run(method, seed, ran_on):
+        results = {"acc": 50.0, "fgt": 10.0, "bwt": -10.0, "train_seconds": 100.0, "eval_seconds": 5.0,
+                   "train_steps": 10, "eval_samples": 100, "method": method,
+                   "config": {"method": {"name": method}, "train": {"batch_size": 10}}}
+        if ran_on:
+            results["machine"] = ran_on
+        return layout.RunResult("split_cifar10", method, seed, "/x", results)
+
+    fast, slow = {"cpu": "AMD EPYC", "isa": "avx512", "cpus": 2}, {"cpu": "AMD EPYC", "isa": "avx2", "cpus": 2}
+    one = [run("er", 0, fast), run("er", 1, fast), run("gcl", 0, fast)]
+    md, csv = tables.timing_table(tables.main_summary(one))
+    assert "Machines" not in md and "several machines" not in md
+    assert csv.splitlines()[0].endswith(",machines") and "2 runs on AMD EPYC (avx512, 2 CPUs)" in csv
+    unrecorded, _ = tables.timing_table(tables.main_summary([run("er", 0, None), run("gcl", 0, None)]))
+    assert "Machines" not in unrecorded  # nothing known: no claim either way
+    md, _ = tables.timing_table(tables.main_summary(one + [run("gcl", 1, slow)]))
+    assert "these runs ran on several machines (Machines), whose times do not compare" in md
+    rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| Split CIFAR10")}
+    assert rows["ER"].endswith("| 2 runs on AMD EPYC (avx512, 2 CPUs) |")
+    assert rows["GCL"].endswith("| 1 run on AMD EPYC (avx2, 2 CPUs), 1 run on AMD EPYC (avx512, 2 CPUs) |")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+from gcl_tf import machine
 from gcl_tf.benchmark import layout, published, roles
 from gcl_tf.benchmark.cells import METRICS, change_vs_full, csv_text, fmt, fmt_change, markdown, num
 from gcl_tf.benchmark.layout import benchmark_label, mean_std, method_label, method_sort_key
@@ -39,6 +40,7 @@ def main_summary(runs: list[layout.RunResult]) -> dict:
             "train_seconds": mean_std(r.results["train_seconds"] for r in group),
             "eval_seconds": mean_std(r.results["eval_seconds"] for r in group),
             "seeds": sorted(r.seed for r in group),
+            "machines": [r.results.get("machine") for r in group],  # results.json's, None where unrecorded
         }
     return summary
 
@@ -93,21 +95,30 @@ def main_tidycsv_text(summary: dict) -> str:
 
 
 def timing_table(summary: dict) -> tuple[str, str]:
+    """Times per method; when the runs ran on several machines (results.json's ``machine``), a
+    column says where each row's ran, since times of different machines do not compare."""
+    keys = sorted(summary, key=lambda k: (k[0], method_sort_key(k[1])))
+    machines = {key: summary[key]["machines"] for key in keys}
+    several = len({machine.label(m) for key in keys for m in machines[key]}) > 1  # all unrecorded: unknown
     header = ["Benchmark", "Method", "Training time per sample (ms)", "Testing time per sample (ms)",
-              "Total training time (s)", "Total testing time (s)"]
+              "Total training time (s)", "Total testing time (s)"] + (["Machines"] if several else [])
     md_rows, csv_rows = [], []
-    for (b, m) in sorted(summary, key=lambda k: (k[0], method_sort_key(k[1]))):
-        s = summary[(b, m)]
+    for key in keys:
+        (b, m), s = key, summary[key]
         md_rows.append([benchmark_label(b), method_label(m), fmt(*s["train_ms"]), fmt(*s["test_ms"]),
-                        fmt(*s["train_seconds"]), fmt(*s["eval_seconds"])])
+                        fmt(*s["train_seconds"]), fmt(*s["eval_seconds"])]
+                       + ([machine.where(machines[key])] if several else []))
         csv_rows.append([b, m, len(s["seeds"]), num(s["train_ms"][0]), num(s["train_ms"][1]),
                          num(s["test_ms"][0]), num(s["test_ms"][1]),
-                         num(s["train_seconds"][0]), num(s["eval_seconds"][0])])
+                         num(s["train_seconds"][0]), num(s["eval_seconds"][0]), machine.where(machines[key])])
     caption = ("**Training and testing time.** Wall-clock seconds of the training steps (evaluation excluded) "
                "per stream sample, and of the task-end evaluations per evaluated sample; mean ± std over seeds. "
-               "Absolute times depend on the machine and its load.\n\n")
+               "Absolute times depend on the machine and its load"
+               + ("; these runs ran on several machines (Machines), whose times do not compare" if several else "")
+               + ".\n\n")
     csv_header = ["benchmark", "method", "seeds", "train_ms_per_sample_mean", "train_ms_per_sample_std",
-                  "test_ms_per_sample_mean", "test_ms_per_sample_std", "train_seconds_mean", "eval_seconds_mean"]
+                  "test_ms_per_sample_mean", "test_ms_per_sample_std", "train_seconds_mean", "eval_seconds_mean",
+                  "machines"]
     return caption + markdown(header, md_rows), csv_text(csv_header, csv_rows)
 
 
