@@ -122,6 +122,10 @@ def test_memory_figure_sets_the_papers_bars_beside_ours():
     assert bars["ER"][0] == pytest.approx(25.5) and bars["GCL"][0] == pytest.approx(49.0)
     assert bars["ER (paper)"] == [29.94, 36.08] and bars["GCL (paper)"] == [49.62, 53.87]
     assert math.isnan(bars["GCL"][1])  # no GCL run at 500: no bar of ours
+    figure.canvas.draw()  # the legend sits below the axes, over no bar, and inside the figure
+    legend, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y1 <= frame.y0 and legend.y0 >= 0 and [t.get_text() for t in ax.get_legend().get_texts()] == \
+        ["ER", "ER (paper)", "GCL", "GCL (paper)"]
     other = [run("tiny", "er", 0, 30.0, 60.0, 20), run("tiny", "er-memory40", 0, 35.0, 55.0, 40)]
     labels = [c.get_label() for c in plots.memory_figure(other, "acc").axes[0].containers]
     assert not any("paper" in str(label) for label in labels)  # a benchmark the paper did not plot

@@ -113,7 +113,9 @@ def memory_figure(runs, metric: str, styles=None) -> Figure | None:
         ax.set_ylabel("Average accuracy (%)" if metric == "acc" else "Average forgetting (%)")
         ax.set_title(benchmark_label(b))
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize="small")
+        # below the axes: over them it hid a bar wherever every corner had one
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(len(bars), 3),
+                  frameon=False)
     return figure
 
 
