@@ -11,7 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 import yaml
-from test_reliability import completed_run
+from test_reliability import completed_run, train_in_process
 
 import gcl_tf
 from gcl_tf import methods, saving
@@ -234,14 +234,12 @@ def test_tasks_learned_in_two_runs_equal_one_run_bit_for_bit(method, tmp_path):
     TensorFlow start-ups fewer)."""
     import keras
 
-    from gcl_tf import train
-
     whole = write_config(tmp_path, method)
     first = write_config(tmp_path, method, tasks=[0, 1])
     later = write_config(tmp_path, method, tasks=[2, 3])
     for name, config in (("whole", whole), ("first", first)):
         keras.backend.clear_session()  # Keras names the variables as in a fresh process
-        assert train.main(["--config", config, "--output", str(tmp_path / name), "--deterministic"]) == 0
+        train_in_process(config, tmp_path / name)
     completed_run(later, tmp_path / "later", "--init-from", str(tmp_path / "first"))
     result = {name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("whole", "first", "later")}
     R = np.asarray(result["whole"]["accuracy_matrix"])

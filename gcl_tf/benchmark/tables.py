@@ -98,8 +98,7 @@ def timing_table(summary: dict) -> tuple[str, str]:
     """Times per method; when the runs ran on several machines (results.json's ``machine``), a
     column says where each row's ran, since times of different machines do not compare."""
     keys = sorted(summary, key=lambda k: (k[0], method_sort_key(k[1])))
-    machines = {key: summary[key]["machines"] for key in keys}
-    several = len({machine.label(m) for key in keys for m in machines[key]}) > 1  # all unrecorded: unknown
+    several = len({machine.label(m) for key in keys for m in summary[key]["machines"]}) > 1  # all unrecorded: unknown
     header = ["Benchmark", "Method", "Training time per sample (ms)", "Testing time per sample (ms)",
               "Total training time (s)", "Total testing time (s)"] + (["Machines"] if several else [])
     md_rows, csv_rows = [], []
@@ -107,10 +106,10 @@ def timing_table(summary: dict) -> tuple[str, str]:
         (b, m), s = key, summary[key]
         md_rows.append([benchmark_label(b), method_label(m), fmt(*s["train_ms"]), fmt(*s["test_ms"]),
                         fmt(*s["train_seconds"]), fmt(*s["eval_seconds"])]
-                       + ([machine.where(machines[key])] if several else []))
+                       + ([machine.where(s["machines"])] if several else []))
         csv_rows.append([b, m, len(s["seeds"]), num(s["train_ms"][0]), num(s["train_ms"][1]),
                          num(s["test_ms"][0]), num(s["test_ms"][1]),
-                         num(s["train_seconds"][0]), num(s["eval_seconds"][0]), machine.where(machines[key])])
+                         num(s["train_seconds"][0]), num(s["eval_seconds"][0]), machine.where(s["machines"])])
     caption = ("**Training and testing time.** Wall-clock seconds of the training steps (evaluation excluded) "
                "per stream sample, and of the task-end evaluations per evaluated sample; mean ± std over seeds. "
                "Absolute times depend on the machine and its load"
