@@ -7,11 +7,13 @@ import pytest
 from gcl_tf.benchmark import beside_published, layout, published, study_tables
 
 
-def run(benchmark, variant, seed, acc, fgt, memory, backbone="resnet18", filters=20):
+def run(benchmark, variant, seed, acc, fgt, memory, backbone="resnet18", filters=20, learned=None):
     method = variant.split("-")[0]
     config = {"method": {"name": method, "memory_size": memory}, "model": {"backbone": backbone, "filters": filters}}
-    return layout.RunResult(benchmark, variant, seed, f"/x/{benchmark}/{variant}/seed{seed}",
-                            {"acc": acc, "fgt": fgt, "method": method, "config": config})
+    results = {"acc": acc, "fgt": fgt, "method": method, "config": config}
+    if learned is not None:
+        results["learning_accuracy"] = learned
+    return layout.RunResult(benchmark, variant, seed, f"/x/{benchmark}/{variant}/seed{seed}", results)
 
 
 def rows_of(text):
@@ -62,9 +64,10 @@ def test_the_memory_table_takes_any_method_with_a_memory_size_run():
 
 def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     b = "split_cifar10_ocl"
-    runs = [run(b, "er", s, acc, 30.0, 500) for s, acc in ((0, 50.0), (2, 52.0))]  # seed 1 missing
+    # seed 1 missing
+    runs = [run(b, "er", s, acc, 30.0, 500, learned=la) for s, acc, la in ((0, 50.0, 80.0), (2, 52.0, 84.0))]
     runs += [run(b, "onpro", s, acc, 10.0, 500) for s, acc in enumerate((60.0, 65.0))]
-    runs += [run(b, "gcl", s, acc, 20.0, 500, "convnet", 64) for s, acc in enumerate((48.0, 49.0, 47.0))]
+    runs += [run(b, "gcl", s, acc, 20.0, 500, "convnet", 64, 50.0 + s) for s, acc in enumerate((48.0, 49.0, 47.0))]
     runs += [run(b, "gcl-resnet18", 0, 40.0, 20.0, 500)]
     runs += [run(b, "er-memory200", 0, 40.0, 45.0, 200)]
     runs += [run("split_cifar10", "er", 0, 25.0, 70.0, 250)]  # another protocol: not in this table
@@ -77,6 +80,11 @@ def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     assert float(er["gcl_minus_mean"]) == pytest.approx(-3.5) and float(er["onpro_minus_mean"]) == pytest.approx(10.0)
     assert float(er["gcl_minus_se"]) == pytest.approx(1.5) and er["onpro_minus_se"] == ""
     assert float(er["published_low"]) == 45.7 and float(er["published_high"]) == 65.6
+    # learning accuracy beside FGT: mean ± std over the seeds; "-" where the results do not hold it
+    assert float(er["learning_accuracy_mean"]) == 82.0 and float(er["learning_accuracy_std"]) == pytest.approx(8 ** 0.5)
+    assert float(rows["gcl", "convnet 64", "500"]["learning_accuracy_mean"]) == 51.0
+    assert rows["onpro", "resnet18 20", "500"]["learning_accuracy_mean"] == ""
+    assert "| 82.00 ± 2.83 |" in md and "| 51.00 ± 1.00 |" in md and "| LA ours |" in md
     gcl_r18 = rows["gcl", "resnet18 20", "500"]  # GCL on another trunk against GCL on its own: paired
     assert float(gcl_r18["gcl_minus_mean"]) == pytest.approx(8.0)
     assert rows["gcl", "convnet 64", "500"]["gcl_minus_mean"] == ""

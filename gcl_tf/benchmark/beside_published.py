@@ -136,30 +136,33 @@ def today_table(runs) -> tuple[str, str]:
         b, size, method, trunk, setting = key
         group = groups[key]
         acc, fgt = (mean_std(r.results[k] for r in group) for k in ("acc", "fgt"))
+        learned = mean_std(r.results.get("learning_accuracy") for r in group)
         pub = None if setting else published.published_today(b, method, size)
         leads = [lead(group, ref) if ref and ref is not group else (float("nan"), float("nan"), 0)
                  for ref in (reference(b, size, m) for m in roles.TODAY_LEADS)]
         shown_pub = "-" if pub is None else (f"{pub[0]:.1f}" if pub[0] == pub[1] else f"{pub[0]:.1f}–{pub[1]:.1f}")
         label = method_label(method) + (f" ({setting})" if setting else "")
         md_rows.append([benchmark_label(b), str(size), label, trunk, fmt(*acc, show_n=True),
-                        fmt(*fgt), shown_pub, *[fmt_change(*d) if d[2] else "-" for d in leads]])
+                        fmt(*fgt), fmt(*learned), shown_pub, *[fmt_change(*d) if d[2] else "-" for d in leads]])
         csv_rows.append([b, size, method, trunk, setting, acc[2], num(acc[0]), num(acc[1]), num(fgt[0]), num(fgt[1]),
-                         *(num(v) for v in (pub[:2] if pub else (None, None))),
+                         num(learned[0]), num(learned[1]), *(num(v) for v in (pub[:2] if pub else (None, None))),
                          *(num(v) for d in leads for v in d[:2])])
     if not md_rows:
         return "", ""
     names = [method_label(m) for m in roles.TODAY_LEADS]
-    header = ["Benchmark", "Memory", "Method", "Trunk", "ACC ours", "FGT ours", "ACC published",
+    header = ["Benchmark", "Memory", "Method", "Trunk", "ACC ours", "FGT ours", "LA ours", "ACC published",
               *[f"{name} − method (by seed)" for name in names]]
     caption = ("**Today's online protocol** (test %, mean ± sample std (n)): every method with the same in-step "
-               "augmentation (crop, flip, colour jitter, grayscale) and a replay batch of 64. Published: the "
+               "augmentation (crop, flip, colour jitter, grayscale) and a replay batch of 64. LA: learning accuracy, "
+               "each task's accuracy just after learning it, averaged over the tasks (a method that learns its "
+               "tasks less well has less to forget: read FGT beside it). Published: the "
                "re-runs' ACC (a range spans a table's memory sizes 200-1000; their trunk: ResNet-18 with 64 "
                f"filters). {' and '.join(f'{name} − method' for name in names)}: the mean of the per-seed "
                f"differences ± its standard error, against {names[0]} ({', '.join(names[1:])}) on its preset's "
                "trunk at the row's memory size. A method with a setting in brackets is a variant of its "
                "preset run by hand (its folder's name), not the method as published.\n\n")
     csv_header = ["benchmark", "memory_size", "method", "trunk", "setting", "seeds", "acc_mean", "acc_std", "fgt_mean",
-                  "fgt_std", "published_low", "published_high",
+                  "fgt_std", "learning_accuracy_mean", "learning_accuracy_std", "published_low", "published_high",
                   *[f"{m}_minus_{s}" for m in roles.TODAY_LEADS for s in ("mean", "se")]]
     return caption + markdown(header, md_rows), csv_text(csv_header, csv_rows)
 
