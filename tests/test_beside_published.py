@@ -64,7 +64,7 @@ def test_the_memory_table_takes_any_method_with_a_memory_size_run():
 
 def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     b = "split_cifar10_ocl"
-    # seed 1 missing
+    # ER: no seed 1
     runs = [run(b, "er", s, acc, 30.0, 500, learned=la) for s, acc, la in ((0, 50.0, 80.0), (2, 52.0, 84.0))]
     runs += [run(b, "onpro", s, acc, 10.0, 500) for s, acc in enumerate((60.0, 65.0))]
     runs += [run(b, "gcl", s, acc, 20.0, 500, "convnet", 64, 50.0 + s) for s, acc in enumerate((48.0, 49.0, 47.0))]
