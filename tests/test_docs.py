@@ -327,3 +327,26 @@ def test_the_graph_regulariser_profile_reads_a_runs_tensorboard_logs_by_task(tmp
         for i, term in enumerate(terms):
             assert row[term] == pytest.approx(sum(s / 1000 + i for s in steps) / 10, abs=1e-6)
         assert row["lambda_graph"] == pytest.approx(50.0 * row["graph_loss"], abs=1e-6)
+
+
+def test_graph_by_task_splits_the_test_graph_by_the_task_each_memory_slot_came_from(tmp_path, capsys):
+    """docs/results/graph_by_task.py on a finished GCL run: every memory slot is traced to its task
+    (the shares of the tasks partition the memory), the run's means are the means of its task rows,
+    and ``--by-task`` prints those rows."""
+    from test_reliability import GCL_RUN, train_in_process
+
+    from helpers import load_script
+
+    config = tmp_path / "gcl.yaml"
+    config.write_text(GCL_RUN)
+    out = str(train_in_process(config, tmp_path / "run"))
+    script = load_script("docs", "results", "graph_by_task.py")
+    r = script.analyse(out, per_task=30)
+    assert r["memory"] == 20 and r["traced"] == 1.0
+    assert len(r["tasks"]) == 3 and sum(t["own_task_share"] for t in r["tasks"]) == pytest.approx(1.0)
+    for key in ("own_task_share", "own_task_mass", "right_class_mass", "label_vote_accuracy"):
+        assert r[key] == pytest.approx(sum(t[key] for t in r["tasks"]) / 3)
+        assert all(0.0 <= t[key] <= 1.0 for t in r["tasks"])
+    assert script.main(["--by-task", out]) == 0
+    assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[3:]] == \
+        ["task 1", "task 2", "task 3"]

@@ -1,6 +1,6 @@
 """Where GCL's test-time graph puts its edges, by the task the memory's contexts came from.
 
-    python docs/results/graph_by_task.py RUN_DIR [RUN_DIR ...]
+    python docs/results/graph_by_task.py [--by-task] RUN_DIR [RUN_DIR ...]
 
 For a finished GCL run (its config.yaml and last checkpoint), every memory slot is traced back
 to the task whose training stream it came from (its image is looked up among the tasks'
@@ -8,7 +8,8 @@ training images), and for test images of each task the expected target graph (Be
 self-normalised over the filled slots) is split into the mass on contexts of the same task and
 on contexts of the same class. Printed per run: the share of the memory that is the test
 image's own task, the graph mass on it, the mass on contexts of the right class, and the
-accuracy of the graph's label vote (the class with the most mass).
+accuracy of the graph's label vote (the class with the most mass), as means over the tasks;
+``--by-task`` adds a row for each task's test images (is the newest task's vote the one that lags?).
 """
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
     config = config_lib.load_config(os.path.join(run_dir, "config.yaml"))
     benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=True)
     with tempfile.TemporaryDirectory() as scratch:
-        model, _ = build_training_state(config, benchmark, scratch, resume_from=latest_checkpoint(run_dir))
+        model, _ = build_training_state(config, benchmark, scratch, resume_from=[latest_checkpoint(run_dir)])
     filled = int(model.memory.num_filled.numpy())
     images = model.memory.images.numpy()[:filled]
     labels = model.memory.labels.numpy()[:filled]
     origin = {}
     for task in benchmark.tasks:
-        for image in task.train.images:
+        for image in task.train_data.images:
             origin[image.tobytes()] = task.index
     as_uint8 = np.rint(images * 255.0).astype(np.uint8)  # the memory holds model inputs in [0, 1]
     task_of = np.array([origin.get(im.tobytes(), -1) for im in as_uint8])
@@ -46,8 +47,8 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
     u_c, _ = model.embed(tf.constant(images), training=False)
     rows = []
     for task in benchmark.tasks:
-        x = task.test.images[:per_task]
-        y = task.test.labels[:per_task]
+        x = task.test_data.images[:per_task]
+        y = task.test_data.labels[:per_task]
         u_t, _ = model.embed(to_float(tf.constant(x)), training=False)
         graph = tf.sigmoid(edge_logits(u_t, u_c, model.kernel_log_scale)).numpy()  # [N, C]
         graph /= np.maximum(graph.sum(1, keepdims=True), 1e-12)
@@ -56,23 +57,30 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
         votes = np.stack([graph[:, labels == k].sum(1) for k in range(benchmark.num_classes)], 1)
         rows.append((np.mean(task_of == task.index), same_task.mean(), same_class.mean(),
                      np.mean(votes.argmax(1) == y)))
-    share, mass, right, vote = np.array(rows).mean(0)
-    return {"run": run_dir, "memory": filled, "traced": found, "own_task_share": share,
-            "own_task_mass": mass, "right_class_mass": right, "label_vote_accuracy": vote}
+    keys = ("own_task_share", "own_task_mass", "right_class_mass", "label_vote_accuracy")
+    return {"run": run_dir, "memory": filled, "traced": found, **dict(zip(keys, np.array(rows).mean(0))),
+            "tasks": [dict(zip(keys, row)) for row in rows]}
+
+
+def _cells(r: dict) -> str:
+    return " | ".join(f"{100 * r[k]:.1f}%" for k in ("own_task_share", "own_task_mass", "right_class_mass",
+                                                     "label_vote_accuracy"))
 
 
 def main(argv) -> int:
     from gcl_tf.quiet import import_tensorflow
 
+    by_task = "--by-task" in argv
+    argv = [a for a in argv if a != "--by-task"]
     import_tensorflow()
     print("| run | memory | own task's share of memory | graph mass on own task | graph mass on right class "
           "| label-vote accuracy |")
     print("|---|---|---|---|---|---|")
     for run_dir in argv:
         r = analyse(run_dir)
-        print(f"| {os.path.relpath(r['run'])} | {r['memory']} | {100 * r['own_task_share']:.1f}% "
-              f"| {100 * r['own_task_mass']:.1f}% | {100 * r['right_class_mass']:.1f}% "
-              f"| {100 * r['label_vote_accuracy']:.1f}% |", flush=True)
+        print(f"| {os.path.relpath(r['run'])} | {r['memory']} | {_cells(r)} |", flush=True)
+        for index, task in enumerate(r["tasks"] if by_task else []):
+            print(f"| task {index + 1} | | {_cells(task)} |", flush=True)
         if r["traced"] < 1.0:
             print(f"  (only {100 * r['traced']:.0f}% of the slots were found among the training images)")
     return 0
