@@ -347,6 +347,6 @@ def test_graph_by_task_splits_the_test_graph_by_the_task_each_memory_slot_came_f
     for key in ("own_task_share", "own_task_mass", "right_class_mass", "label_vote_accuracy"):
         assert r[key] == pytest.approx(sum(t[key] for t in r["tasks"]) / 3)
         assert all(0.0 <= t[key] <= 1.0 for t in r["tasks"])
-    assert script.main(["--by-task", out]) == 0
+    assert script.main(["--by-task", out, "--per-task", "30"]) == 0
     assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[3:]] == \
         ["task 1", "task 2", "task 3"]

@@ -1,6 +1,6 @@
 """Where GCL's test-time graph puts its edges, by the task the memory's contexts came from.
 
-    python docs/results/graph_by_task.py [--by-task] RUN_DIR [RUN_DIR ...]
+    python docs/results/graph_by_task.py [--by-task] [--per-task N] RUN_DIR [RUN_DIR ...]
 
 For a finished GCL run (its config.yaml and last checkpoint), every memory slot is traced back
 to the task whose training stream it came from (its image is looked up among the tasks'
@@ -9,10 +9,12 @@ self-normalised over the filled slots) is split into the mass on contexts of the
 on contexts of the same class. Printed per run: the share of the memory that is the test
 image's own task, the graph mass on it, the mass on contexts of the right class, and the
 accuracy of the graph's label vote (the class with the most mass), as means over the tasks;
-``--by-task`` adds a row for each task's test images (is the newest task's vote the one that lags?).
+``--by-task`` adds a row for each task's test images (is the newest task's vote the one that lags?);
+``--per-task`` how many of each task's test images (500; more than a task has: all of them).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -70,16 +72,19 @@ def _cells(r: dict) -> str:
 def main(argv) -> int:
     from gcl_tf.quiet import import_tensorflow
 
-    by_task = "--by-task" in argv
-    argv = [a for a in argv if a != "--by-task"]
+    parser = argparse.ArgumentParser(description="GCL's test graph by the task of each memory slot")
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--by-task", action="store_true", help="a row for each task too")
+    parser.add_argument("--per-task", type=int, default=500, help="test images of each task (default 500)")
+    args = parser.parse_args(argv)
     import_tensorflow()
     print("| run | memory | own task's share of memory | graph mass on own task | graph mass on right class "
           "| label-vote accuracy |")
     print("|---|---|---|---|---|---|")
-    for run_dir in argv:
-        r = analyse(run_dir)
+    for run_dir in args.runs:
+        r = analyse(run_dir, args.per_task)
         print(f"| {os.path.relpath(r['run'])} | {r['memory']} | {_cells(r)} |", flush=True)
-        for index, task in enumerate(r["tasks"] if by_task else []):
+        for index, task in enumerate(r["tasks"] if args.by_task else []):
             print(f"| task {index + 1} | | {_cells(task)} |", flush=True)
         if r["traced"] < 1.0:
             print(f"  (only {100 * r['traced']:.0f}% of the slots were found among the training images)")
