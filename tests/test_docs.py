@@ -344,7 +344,7 @@ def test_graph_by_task_splits_the_test_graph_by_the_task_each_memory_slot_came_f
     r = script.analyse(out, per_task=30)
     assert r["memory"] == 20 and r["traced"] == 1.0
     assert len(r["tasks"]) == 3 and sum(t["own_task_share"] for t in r["tasks"]) == pytest.approx(1.0)
-    for key in ("own_task_share", "own_task_mass", "right_class_mass", "label_vote_accuracy"):
+    for key in script.KEYS:
         assert r[key] == pytest.approx(sum(t[key] for t in r["tasks"]) / 3)
         assert all(0.0 <= t[key] <= 1.0 for t in r["tasks"])
     assert script.main(["--by-task", out, "--per-task", "30"]) == 0

@@ -21,6 +21,8 @@ import tempfile
 
 import numpy as np
 
+KEYS = ("own_task_share", "own_task_mass", "right_class_mass", "label_vote_accuracy")  # a row's four shares
+
 
 def analyse(run_dir: str, per_task: int = 500) -> dict:
     import tensorflow as tf
@@ -59,14 +61,12 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
         votes = np.stack([graph[:, labels == k].sum(1) for k in range(benchmark.num_classes)], 1)
         rows.append((np.mean(task_of == task.index), same_task.mean(), same_class.mean(),
                      np.mean(votes.argmax(1) == y)))
-    keys = ("own_task_share", "own_task_mass", "right_class_mass", "label_vote_accuracy")
-    return {"run": run_dir, "memory": filled, "traced": found, **dict(zip(keys, np.array(rows).mean(0))),
-            "tasks": [dict(zip(keys, row)) for row in rows]}
+    return {"run": run_dir, "memory": filled, "traced": found, **dict(zip(KEYS, np.array(rows).mean(0))),
+            "tasks": [dict(zip(KEYS, row)) for row in rows]}
 
 
 def _cells(r: dict) -> str:
-    return " | ".join(f"{100 * r[k]:.1f}%" for k in ("own_task_share", "own_task_mass", "right_class_mass",
-                                                     "label_vote_accuracy"))
+    return " | ".join(f"{100 * r[k]:.1f}%" for k in KEYS)
 
 
 def main(argv) -> int:
