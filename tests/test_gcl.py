@@ -1152,6 +1152,69 @@ def test_own_latent_adds_its_term_to_each_sampled_test_graph():
                            atol=1e-3)
 
 
+# ----------------------------------------------------------------------------- test_prediction
+def test_label_vote_logits_are_the_kernel_weighted_vote_of_the_memorys_labels():
+    """softmax(label_vote_logits) = sum_j g_j [y_j = y] / sum_j g_j, by hand; a row with no edge
+    votes uniformly; an empty slot (a zero label row) votes for nothing."""
+    from gcl_tf.methods.gcl.graph import label_vote_logits
+
+    graph = np.array([[0.9, 0.3, 0.6, 0.5], [0.0, 0.0, 0.0, 0.0]], np.float32)  # [N=2, M=4]
+    labels = np.eye(3, dtype=np.float32)[[0, 2, 2, 1]]
+    labels[3] = 0.0  # slot 3 is empty
+    probs = tf.nn.softmax(label_vote_logits(tf.constant(graph), tf.constant(labels))).numpy()
+    np.testing.assert_allclose(probs[0], [0.9 / 1.8, 0.0, 0.9 / 1.8], atol=1e-6)
+    np.testing.assert_allclose(probs[1], [1 / 3] * 3, atol=1e-6)
+
+
+def test_vote_predicts_from_the_expected_graph_and_the_memorys_labels_only():
+    """test_prediction: vote: log p(y | x) is the log of the vote along sigmoid(E) from x to the
+    filled memory (computed here in numpy from the model's embeddings), for every seed (nothing
+    is sampled), masked classes excluded; training is the head's, to the bit."""
+    from gcl_tf.methods.gcl.graph import edge_logits
+
+    head, stream = _small_gcl()
+    head.fit(stream, verbose=0)
+    model, _ = _small_gcl(test_prediction="vote")
+    model.fit(stream, verbose=0)
+    for a, b in zip(head.trainable_weights, model.trainable_weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    x = next(iter(stream))[0]
+    filled = model.memory.filled().numpy()
+    assert 0 < filled.sum() < 20 or filled.all()
+    u_c, _ = model.embed(model._context_images(), training=False)
+    u_t, _ = model.embed(x, training=False)
+    graph = tf.sigmoid(edge_logits(u_t, u_c, model.kernel_log_scale)).numpy() * filled
+    votes = graph @ np.eye(10)[model.memory.labels.numpy()]  # [N, K]
+    mask = np.arange(10) < 6
+    expected = votes[:, mask] / votes[:, mask].sum(-1, keepdims=True)
+    got = np.exp(model.predict_log_probs(x, tf.constant(mask), seed=(1, 2)).numpy())
+    np.testing.assert_allclose(got[:, mask], expected, rtol=1e-4, atol=1e-6)
+    assert np.all(got[:, ~mask] < 1e-6)
+    np.testing.assert_allclose(model.predict_log_probs(x, tf.constant(mask), seed=(5, 6)).numpy()[:, mask],
+                               np.log(expected), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(np.exp(head.predict_log_probs(x, tf.constant(mask), seed=(1, 2)).numpy())[:, mask],
+                           expected, atol=1e-2)  # the paper's head predicts otherwise
+
+
+def test_also_test_predictions_evaluates_the_vote_in_the_same_run_as_a_run_of_its_own(tmp_path):
+    """also_test_predictions: [vote] gives, beside the head's matrix, the accuracy matrix a run
+    with test_prediction: vote gives (training does not depend on it)."""
+    from gcl_tf import train
+
+    from helpers import digits_config
+
+    def config(**method):
+        return digits_config({"name": "gcl", "memory_size": 50, **method},
+                             benchmark={"num_tasks": 2, "samples_per_task": 100})
+
+    both = train.run(config(also_test_predictions=["vote"]), str(tmp_path / "both"), verbose=0)
+    alone = train.run(config(test_prediction="vote"), str(tmp_path / "alone"), verbose=0)
+    vote = both["evaluations"]["vote"]
+    assert vote["settings"] == {"test_prediction": "vote"}
+    assert vote["accuracy_matrix"] == alone["accuracy_matrix"] and vote["acc"] == alone["acc"]
+    assert both["accuracy_matrix"] != vote["accuracy_matrix"]
+
+
 # ----------------------------------------------------------------------------- target_loss
 def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
     """target_loss: present (ER-ACE's asymmetric cross-entropy for the incoming batch): the

@@ -52,6 +52,15 @@ class Config(MemoryMethodConfig):
     # same run (results.json: evaluations.one_sample for 1, evaluations.<k>_samples otherwise):
     # the paper's ablation column "one test sample" needs no training of its own. []: none.
     also_test_graph_samples: list[int] = field(default_factory=list)
+    # What a test image's class is read from (docs/gcl.md, "Prediction"): head (the paper): the
+    # output head on the memory's values aggregated along test_graph_samples sampled test graphs;
+    # vote (our extension): the memory's labels weighted by the expected test graph, p(y | x) =
+    # sum_j sigmoid(E_xj) [y_j = y] / sum_j sigmoid(E_xj) (a kernel-weighted nearest-neighbour
+    # vote over the memory; no head, no sampling). Test time only: training is unchanged.
+    test_prediction: Literal["head", "vote"] = "head"
+    # Also evaluate with each of these predictions at every task end, in the same run (results.json:
+    # evaluations.<name>, e.g. evaluations.vote), as also_test_graph_samples does. []: none.
+    also_test_predictions: list[Literal["head", "vote"]] = field(default_factory=list)
     # The output head also reads each image's own latent embedding (our extension, docs/gcl.md):
     # logits = f_theta3(ReLU(Z)) + W_own ReLU(l), i.e. a linear head on [ReLU(Z), ReLU(l)]. A new
     # class is then learned from the batch directly, as ER's head learns it, not only once the

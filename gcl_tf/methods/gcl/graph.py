@@ -263,3 +263,14 @@ def average_log_probs(log_probs):
     """log of the mean of the sample distributions: logsumexp over axis 0 minus log S."""
     samples = tf.cast(tf.shape(log_probs)[0], log_probs.dtype)
     return tf.reduce_logsumexp(log_probs, axis=0) - tf.math.log(samples)
+
+
+def label_vote_logits(graph, labels):
+    """The memory's labels weighted by the test graph, as logits: ``log(graph @ labels)``   [N, K].
+
+    ``graph`` [N, M] edge weights (the expected graph, sigmoid(E)), ``labels`` [M, K] the memory's
+    one-hot labels (zero rows for empty slots). Their softmax is the kernel-weighted
+    nearest-neighbour vote p(y | x) = sum_j g_xj [y_j = y] / sum_j g_xj; a row with no edge
+    (or the classes it reaches none of) gets log ROW_EPS, so that no edge at all votes uniformly.
+    """
+    return tf.math.log(tf.matmul(graph, labels) + ROW_EPS)

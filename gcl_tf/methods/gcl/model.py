@@ -67,6 +67,7 @@ class GCL(Training, Prediction, ContinualModel):
         self.context_temperature, self.target_temperature = float(s.context_temperature), float(s.target_temperature)
         self.test_temperature, self.test_graph_samples = float(s.test_temperature), int(s.test_graph_samples)
         self.also_test_graph_samples = tuple(int(k) for k in s.also_test_graph_samples)
+        self.test_prediction, self.also_test_predictions = s.test_prediction, tuple(s.also_test_predictions)
         self.stochastic_graphs, self.fuse_regularizer = bool(s.stochastic_graphs), bool(s.fuse_regularizer)
         self.regularize_self_pairs = bool(s.regularize_self_pairs)
         hidden = int(hidden_size)
@@ -131,7 +132,7 @@ class GCL(Training, Prediction, ContinualModel):
         k = method.context_batch or memory
         rows, n = k + int(config.train.batch_size), STEP_GRAPH_TENSORS
         buffers = [graph, (f"a training step's graphs ({n} x [{rows}, {k}])", n * rows * k * FLOAT32)]
-        if method.stochastic_graphs:
+        if method.stochastic_graphs and "head" in (method.test_prediction, *method.also_test_predictions):
             shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
             buffers.append((f"the test graphs' noise [{', '.join(map(str, shape))}]", math.prod(shape) * FLOAT32))
         return buffers

@@ -34,6 +34,8 @@ class GCL(Training, Prediction, ContinualModel):
         test_temperature: float = 0.1,
         test_graph_samples: int = 30,
         also_test_graph_samples: list[int] = [],
+        test_prediction: Literal['head', 'vote'] = 'head',
+        also_test_predictions: list[Literal['head', 'vote']] = [],
         own_latent: bool = True,
         target_loss: Literal['all', 'present'] = 'present',
         augment_contexts: bool = True,
@@ -74,6 +76,8 @@ class GCL(Training, Prediction, ContinualModel):
     test_temperature: Any
     test_graph_samples: Any
     also_test_graph_samples: Any
+    test_prediction: Any
+    also_test_predictions: Any
     stochastic_graphs: Any
     fuse_regularizer: Any
     regularize_self_pairs: Any

@@ -16,7 +16,14 @@ from gcl_tf.distribute import num_replicas, replica_id
 from gcl_tf.memory import step_seed
 from gcl_tf.methods.base import mask_logits
 from gcl_tf.methods.gcl.caches import TestNoiseCache
-from gcl_tf.methods.gcl.graph import average_log_probs, edge_logits, logistic_noise, neighbourhoods, relaxed_bernoulli
+from gcl_tf.methods.gcl.graph import (
+    average_log_probs,
+    edge_logits,
+    label_vote_logits,
+    logistic_noise,
+    neighbourhoods,
+    relaxed_bernoulli,
+)
 
 
 def first_examples(dataset, count: int):
@@ -49,7 +56,8 @@ class Prediction:
         """The test-time graph noise cache for test batches of ``eval_batch_size`` (see
         TestNoiseCache; one device only, and only when it fits TEST_NOISE_CACHE_BYTES)."""
         noise_shape = (self.test_graph_samples, int(eval_batch_size), self.capacity)
-        use_cache = (self.stochastic_graphs and TestNoiseCache.fits(noise_shape)
+        use_cache = (self.stochastic_graphs and "head" in (self.test_prediction, *self.also_test_predictions)
+                     and TestNoiseCache.fits(noise_shape)
                      and tf.distribute.get_strategy().num_replicas_in_sync == 1)
         self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
 
@@ -61,9 +69,12 @@ class Prediction:
 
     def evaluation_variants(self) -> dict:
         """``also_test_graph_samples``: the same evaluation with k test graph samples
-        (``one_sample`` for 1, ``<k>_samples`` otherwise)."""
-        return {("one_sample" if k == 1 else f"{k}_samples"): {"test_graph_samples": k}
-                for k in self.also_test_graph_samples}
+        (``one_sample`` for 1, ``<k>_samples`` otherwise); ``also_test_predictions``: with each
+        of those predictions (named as the prediction: ``vote``, ``head``)."""
+        variants = {("one_sample" if k == 1 else f"{k}_samples"): {"test_graph_samples": k}
+                    for k in self.also_test_graph_samples}
+        variants.update({name: {"test_prediction": name} for name in self.also_test_predictions})
+        return variants
 
     # -------------------------------------------------------------- prediction
     def memory_contexts(self):
@@ -88,13 +99,19 @@ class Prediction:
         """
         return self.log_probs_of_test_graphs(*self.test_graphs(x, samples, seed), class_mask)
 
+    @property
+    def samples_test_graphs(self) -> bool:
+        """Whether predictions average sampled test graphs (the paper's ``head`` with stochastic
+        graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``)."""
+        return self.stochastic_graphs and self.test_prediction == "head"
+
     def test_graphs(self, x, samples=None, seed=None):
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits
         [N, M], the memory's values V, the logistic noise of the ``samples`` graphs [S, N, M]
-        (None with deterministic graphs) and the images' own term of the logits [N, K] (None
-        without ``own_latent``)."""
+        (None with the expected graph: deterministic graphs, or the vote) and the images' own
+        term of the logits [N, K] (None without ``own_latent``)."""
         samples = self.test_graph_samples if samples is None else samples
-        if not self.stochastic_graphs:
+        if not self.samples_test_graphs:
             samples = 1
         # The caches serve the evaluation's own predictions; an explicit seed (serving) computes afresh.
         own = seed is None
@@ -108,7 +125,7 @@ class Prediction:
         u_t, l_t = self.embed(x, training=False)  # [N, H] each
         logits_e = edge_logits(u_t, u_c, self.kernel_log_scale)  # [N, M]
         replicas = num_replicas()
-        if not self.stochastic_graphs:
+        if not self.samples_test_graphs:
             noise = None
         elif replicas == 1 and cached:
             noise = self._test_noise.get(seed)
@@ -121,7 +138,12 @@ class Prediction:
         return logits_e, values, noise, self.own_logits(l_t)
 
     def log_probs_of_test_graphs(self, logits_e, values, noise, own, class_mask):
-        """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K]."""
+        """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K] (the
+        ``vote``: the memory's labels along the expected graph, :func:`label_vote_logits`)."""
+        if self.test_prediction == "vote":
+            H, K = self.hidden_size, self.num_classes
+            logits = label_vote_logits(tf.sigmoid(logits_e), values[:, H:H + K])  # values: [l, one_hot(y), 1]
+            return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         if noise is None:
             logits = self.classify(tf.sigmoid(logits_e)[None], values, own)  # [1, N, K]
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
