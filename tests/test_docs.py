@@ -350,3 +350,47 @@ def test_graph_by_task_splits_the_test_graph_by_the_task_each_memory_slot_came_f
     assert script.main(["--by-task", out, "--per-task", "30"]) == 0
     assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[3:]] == \
         ["task 1", "task 2", "task 3"]
+
+
+def test_gcl_predictions_reproduces_the_runs_evaluation_and_reads_the_vote_beside_it(tmp_path, capsys):
+    """docs/results/split_cifar10_ocl/gcl_predictions.py on a finished split GCL run, given its own
+    test images: ``head`` is the run's evaluation (results.json's ACC and last row, to the
+    bit), the vote and the expected graph read the same learner otherwise, and a trunk without
+    BatchNorm keeps its predictions when the memory's statistics are set."""
+    import json
+
+    import numpy as np
+    from test_reliability import train_in_process
+
+    from gcl_tf import config as config_lib
+    from gcl_tf.data import ContinualBenchmark
+
+    from helpers import load_script
+
+    config = tmp_path / "gcl.yaml"
+    config.write_text("""\
+seed: 0
+benchmark: {name: split, dataset: digits, source: digits, num_tasks: 3, classes_per_task: 2, samples_per_task: 60,
+            test_samples_per_task: 40}
+method: {name: gcl, memory_size: 20, test_graph_samples: 4, context_temperature: 0.1}
+model: {backbone: mlp, hidden_size: 16}
+train: {batch_size: 10, epochs: 1, optimizer: adam, learning_rate: 0.003, verbose: 0, log_every: 0}
+eval: {batch_size: 40}
+""")
+    out = str(train_in_process(config, tmp_path / "run"))
+    benchmark = ContinualBenchmark(config_lib.load_config(str(config)).benchmark, 0, load_test=True)
+    images = np.concatenate([task.test_data.images for task in benchmark.tasks])
+    labels = np.concatenate([task.test_data.labels for task in benchmark.tasks])
+    assert images.dtype == np.uint8 and list(benchmark.tasks[1].classes) == [2, 3]
+    np.savez(tmp_path / "data.npz", x_test=images, y_test=labels)
+    script = load_script("docs", "results", "split_cifar10_ocl", "gcl_predictions.py")
+    assert script.main(["--data", str(tmp_path / "data.npz"), "--runs", out, "--output", str(tmp_path / "p.json")]) == 0
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    row = json.loads((tmp_path / "p.json").read_text())["rows"][out]
+    assert row["head"]["acc"] == pytest.approx(saved["acc"], abs=1e-4)
+    np.testing.assert_allclose(row["head"]["tasks"], saved["accuracy_matrix"][-1], atol=1e-4)
+    assert row["head, memory BatchNorm"] == row["head"]  # the MLP has no BatchNorm
+    for name in script.READOUTS:
+        assert row[name]["acc"] == pytest.approx(np.mean(row[name]["tasks"]))
+    assert row["vote"]["tasks"] != row["head"]["tasks"] or row["head, expected graph"]["tasks"] != row["head"]["tasks"]
+    assert len(capsys.readouterr().out.splitlines()) == len(script.READOUTS)
