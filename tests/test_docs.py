@@ -352,6 +352,7 @@ def test_graph_by_task_splits_the_test_graph_by_the_task_each_memory_slot_came_f
         ["task 1", "task 2", "task 3"]
 
 
+@pytest.mark.slow
 def test_gcl_predictions_reproduces_the_runs_evaluation_and_reads_the_vote_beside_it(tmp_path, capsys):
     """docs/results/split_cifar10_ocl/gcl_predictions.py on a finished split GCL run, given its own
     test images: ``head`` is the run's evaluation (results.json's ACC and last row, to the

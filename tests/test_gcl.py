@@ -1196,6 +1196,7 @@ def test_vote_predicts_from_the_expected_graph_and_the_memorys_labels_only():
                            expected, atol=1e-2)  # the paper's head predicts otherwise
 
 
+@pytest.mark.slow
 def test_also_test_predictions_evaluates_the_vote_in_the_same_run_as_a_run_of_its_own(tmp_path):
     """also_test_predictions: [vote] gives, beside the head's matrix, the accuracy matrix a run
     with test_prediction: vote gives (training does not depend on it)."""
