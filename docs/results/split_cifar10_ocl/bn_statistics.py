@@ -26,42 +26,65 @@ def accuracy(model, x, y, batch: int = 500) -> float:
     return float(100 * np.mean(np.concatenate(predictions) == y))
 
 
-def with_memory_statistics(model) -> None:
-    """Every BatchNorm layer's moving mean and variance := those of one batch of the whole memory."""
+def with_memory_statistics(model, network=None) -> int:
+    """Every BatchNorm layer of ``network`` (default: the model, run on the memory as the model
+    runs it) gets as moving mean and variance those of one batch of the whole memory; returns
+    how many layers."""
     import keras
     import tensorflow as tf
 
-    layers = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+    network = model if network is None else network
+    layers = [layer for layer in network._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
     for layer in layers:
         layer.momentum = 0.0  # the moving statistics become this one batch's
     images = model.memory.images[: int(model.memory.num_filled.numpy())]
-    model(tf.convert_to_tensor(images), training=True)
+    network(tf.convert_to_tensor(images), training=True)
     return len(layers)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str, argv, runs_help: str = "run folders holding learner.keras"):
+    """The scripts' command line: --data (the test split's .npz), --runs, --output."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", required=True, help="CIFAR-10 .npz (python -m gcl_tf.data to-npz)")
-    parser.add_argument("--runs", nargs="+", required=True, help="run folders holding learner.keras")
+    parser.add_argument("--runs", nargs="+", required=True, help=runs_help)
     parser.add_argument("--output", help="JSON file for the table")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def read_test_split(path: str):
+    """The .npz's test images in [0, 1] and labels   ([N, ...] float32, [N])."""
+    data = np.load(path)
+    return data["x_test"].astype("float32") / 255.0, data["y_test"].reshape(-1)
+
+
+def learners(runs):
+    """``(run, its results.json, its learner)`` for each run folder, one learner at a time."""
     import gcl_tf
 
-    data = np.load(args.data)
-    x, y = data["x_test"].astype("float32") / 255.0, data["y_test"].reshape(-1)
-    rows = {}
-    for run in args.runs:
+    for run in runs:
         saved = json.load(open(os.path.join(run, "results.json")))
-        model = gcl_tf.load_model(os.path.join(run, "learner.keras"), compile=False)
+        yield run, saved, gcl_tf.load_model(os.path.join(run, "learner.keras"), compile=False)
+
+
+def write_rows(path, rows: dict) -> None:
+    """The table as JSON with the command that made it (nothing without ``path``)."""
+    if path:
+        with open(path, "w") as handle:
+            json.dump({"command": " ".join(["python", *sys.argv]), "rows": rows}, handle, indent=1)
+
+
+def main(argv=None) -> int:
+    args = arguments(__doc__.splitlines()[0], argv)
+    x, y = read_test_split(args.data)
+    rows = {}
+    for run, saved, model in learners(args.runs):
         as_saved = accuracy(model, x, y)
         layers = with_memory_statistics(model)
         rows[run] = {"method": saved["method"], "acc_results_json": saved["acc"], "acc_as_saved": as_saved,
                      "acc_memory_statistics": accuracy(model, x, y), "batchnorm_layers": layers}
         print(f"{saved['method']:8s} ACC as saved {as_saved:6.2f}  with the memory's BatchNorm statistics "
               f"{rows[run]['acc_memory_statistics']:6.2f}", flush=True)
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump({"command": " ".join(["python", *sys.argv]), "rows": rows}, handle, indent=1)
+    write_rows(args.output, rows)
     return 0
 
 

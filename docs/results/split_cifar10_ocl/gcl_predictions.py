@@ -20,12 +20,13 @@ made on validation (docs/reproducing.md), not from this table.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bn_statistics import arguments, learners, read_test_split, with_memory_statistics, write_rows  # noqa: E402
 
 READOUTS = ("head", "head, expected graph", "vote", "head, memory BatchNorm")
 
@@ -46,19 +47,6 @@ def accuracies(model, x, y, classes_per_task: int, batch: int) -> dict:
             "tasks": [float(100 * np.mean(predicted[task == t] == y[task == t])) for t in range(int(task.max()) + 1)]}
 
 
-def with_memory_statistics(model) -> int:
-    """Every BatchNorm layer of the trunk: its moving statistics := those of the whole memory."""
-    import keras
-    import tensorflow as tf
-
-    layers = [layer for layer in model.trunk._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
-    for layer in layers:
-        layer.momentum = 0.0  # the moving statistics become this one batch's
-    images = model.memory.images[: int(model.memory.num_filled.numpy())]
-    model.trunk(tf.convert_to_tensor(images), training=True)
-    return len(layers)
-
-
 def readouts(model, x, y, classes_per_task: int, batch: int) -> dict:
     """{readout: accuracies} for each of READOUTS (the last one changes the model's statistics)."""
     rows = {"head": accuracies(model, x, y, classes_per_task, batch)}
@@ -66,34 +54,23 @@ def readouts(model, x, y, classes_per_task: int, batch: int) -> dict:
         rows["head, expected graph"] = accuracies(model, x, y, classes_per_task, batch)
     with model.evaluation_variant({"test_prediction": "vote"}):
         rows["vote"] = accuracies(model, x, y, classes_per_task, batch)
-    with_memory_statistics(model)
+    with_memory_statistics(model, model.trunk)  # GCL's call predicts; its trunk holds every BatchNorm
     rows["head, memory BatchNorm"] = accuracies(model, x, y, classes_per_task, batch)
     return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="CIFAR-10 .npz (python -m gcl_tf.data to-npz)")
-    parser.add_argument("--runs", nargs="+", required=True, help="GCL run folders holding learner.keras")
-    parser.add_argument("--output", help="JSON file for the table")
-    args = parser.parse_args(argv)
-    import gcl_tf
-
-    data = np.load(args.data)
-    x, y = data["x_test"].astype("float32") / 255.0, data["y_test"].reshape(-1)
+    args = arguments(__doc__.splitlines()[0], argv, runs_help="GCL run folders holding learner.keras")
+    x, y = read_test_split(args.data)
     rows = {}
-    for run in args.runs:
-        saved = json.load(open(os.path.join(run, "results.json")))
-        model = gcl_tf.load_model(os.path.join(run, "learner.keras"), compile=False)
+    for run, saved, model in learners(args.runs):
         classes_per_task, batch = (int(saved["config"][a][b]) for a, b in (("benchmark", "classes_per_task"),
                                                                            ("eval", "batch_size")))
         rows[run] = {"acc_results_json": saved["acc"], **readouts(model, x, y, classes_per_task, batch)}
         for name in READOUTS:
             cells = " ".join(f"{a:5.1f}" for a in rows[run][name]["tasks"])
             print(f"{run}  {name:24s} {rows[run][name]['acc']:6.2f}  tasks {cells}", flush=True)
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump({"command": " ".join(["python", *sys.argv]), "rows": rows}, handle, indent=1)
+    write_rows(args.output, rows)
     return 0
 
 
