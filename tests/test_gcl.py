@@ -1196,6 +1196,32 @@ def test_vote_predicts_from_the_expected_graph_and_the_memorys_labels_only():
                            expected, atol=1e-2)  # the paper's head predicts otherwise
 
 
+def test_the_vote_alone_draws_no_test_graph_noise():
+    """The vote samples no graph: with it as the only prediction neither the memory estimate nor
+    the model holds the [S, N, M] test noise; with the head beside it (or as the prediction) both do."""
+    import gcl_tf
+    from gcl_tf.config import load_config
+    from gcl_tf.methods.gcl.model import GCL
+
+    from conftest import REPO
+
+    def noise_buffers(*sets):
+        config = load_config(os.path.join(REPO, "configs", "split_cifar10_ocl.yaml"), ["method.name=gcl", *sets])
+        return [name for name, _ in GCL.memory_buffers(config) if "noise" in name]
+
+    assert noise_buffers() == ["the test graphs' noise [30, 500, 500]"]
+    assert noise_buffers("method.test_prediction=vote") == []
+    assert noise_buffers("method.test_prediction=vote", "method.also_test_predictions=[head]") == noise_buffers()
+    assert noise_buffers("method.also_test_predictions=[vote]") == noise_buffers()
+
+    def model(**keys):
+        return gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, eval_batch_size=50,
+                          **keys)
+
+    assert model(test_prediction="vote")._test_noise is None
+    assert model(test_prediction="vote", also_test_predictions=["head"])._test_noise is not None
+
+
 @pytest.mark.slow
 def test_also_test_predictions_evaluates_the_vote_in_the_same_run_as_a_run_of_its_own(tmp_path):
     """also_test_predictions: [vote] gives, beside the head's matrix, the accuracy matrix a run

@@ -98,6 +98,12 @@ class Config(MemoryMethodConfig):
     # kernel per op, for platforms without XLA).
     fuse_regularizer: bool = True
 
+    @property
+    def draws_test_noise(self) -> bool:
+        """Whether some evaluation averages sampled test graphs (the ``head`` with stochastic
+        graphs, as the prediction or as a variant), so that test-time graph noise is drawn."""
+        return self.stochastic_graphs and "head" in (self.test_prediction, *self.also_test_predictions)
+
     def check_settings(self, section: str = "method"):
         """The rules between the method's own keys (``section``: how errors name them)."""
         for k in self.also_test_graph_samples:

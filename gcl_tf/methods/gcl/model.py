@@ -132,7 +132,7 @@ class GCL(Training, Prediction, ContinualModel):
         k = method.context_batch or memory
         rows, n = k + int(config.train.batch_size), STEP_GRAPH_TENSORS
         buffers = [graph, (f"a training step's graphs ({n} x [{rows}, {k}])", n * rows * k * FLOAT32)]
-        if method.stochastic_graphs and "head" in (method.test_prediction, *method.also_test_predictions):
+        if method.draws_test_noise:
             shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
             buffers.append((f"the test graphs' noise [{', '.join(map(str, shape))}]", math.prod(shape) * FLOAT32))
         return buffers

@@ -56,8 +56,7 @@ class Prediction:
         """The test-time graph noise cache for test batches of ``eval_batch_size`` (see
         TestNoiseCache; one device only, and only when it fits TEST_NOISE_CACHE_BYTES)."""
         noise_shape = (self.test_graph_samples, int(eval_batch_size), self.capacity)
-        use_cache = (self.stochastic_graphs and "head" in (self.test_prediction, *self.also_test_predictions)
-                     and TestNoiseCache.fits(noise_shape)
+        use_cache = (self.settings.draws_test_noise and TestNoiseCache.fits(noise_shape)
                      and tf.distribute.get_strategy().num_replicas_in_sync == 1)
         self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
 
