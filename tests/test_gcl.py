@@ -1180,7 +1180,7 @@ def test_vote_predicts_from_the_expected_graph_and_the_memorys_labels_only():
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     x = next(iter(stream))[0]
     filled = model.memory.filled().numpy()
-    assert 0 < filled.sum() < 20 or filled.all()
+    assert filled.any()
     u_c, _ = model.embed(model._context_images(), training=False)
     u_t, _ = model.embed(x, training=False)
     graph = tf.sigmoid(edge_logits(u_t, u_c, model.kernel_log_scale)).numpy() * filled

@@ -32,6 +32,7 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
     from gcl_tf.data import ContinualBenchmark
     from gcl_tf.data.streams import to_float
     from gcl_tf.methods.gcl import edge_logits
+    from gcl_tf.methods.gcl.graph import label_vote_logits  # GCL's test_prediction: vote
     from gcl_tf.train import build_training_state
 
     config = config_lib.load_config(os.path.join(run_dir, "config.yaml"))
@@ -58,7 +59,7 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
         graph /= np.maximum(graph.sum(1, keepdims=True), 1e-12)
         same_task = graph[:, task_of == task.index].sum(1)
         same_class = (graph * (labels[None, :] == y[:, None])).sum(1)
-        votes = np.stack([graph[:, labels == k].sum(1) for k in range(benchmark.num_classes)], 1)
+        votes = label_vote_logits(graph, np.eye(benchmark.num_classes, dtype=graph.dtype)[labels]).numpy()
         rows.append((np.mean(task_of == task.index), same_task.mean(), same_class.mean(),
                      np.mean(votes.argmax(1) == y)))
     return {"run": run_dir, "memory": filled, "traced": found, **dict(zip(KEYS, np.array(rows).mean(0))),

@@ -108,7 +108,7 @@ class Prediction:
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits
         [N, M], the memory's values V, the logistic noise of the ``samples`` graphs [S, N, M]
         (None with the expected graph: deterministic graphs, or the vote) and the images' own
-        term of the logits [N, K] (None without ``own_latent``)."""
+        term of the logits [N, K] (None without ``own_latent``, or for the vote, which reads no head)."""
         samples = self.test_graph_samples if samples is None else samples
         if not self.samples_test_graphs:
             samples = 1
@@ -134,7 +134,7 @@ class Prediction:
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-        return logits_e, values, noise, self.own_logits(l_t)
+        return logits_e, values, noise, self.own_logits(l_t) if self.test_prediction == "head" else None
 
     def log_probs_of_test_graphs(self, logits_e, values, noise, own, class_mask):
         """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K] (the
