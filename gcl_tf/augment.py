@@ -12,6 +12,10 @@ builds it with kornia / torchvision (``ocl``):
   hue shift in [-0.1, 0.1] of a turn;
 - grayscale with probability 0.2.
 
+``crop_flip`` is its geometric half alone (the crop and the flip, no colour step): not a
+published protocol, a diagnostic switch (GCL on the reduced ResNet-18 learns under it and not
+under the whole set: docs/reproducing.md).
+
 Colour steps need three channels: on grayscale images only the crop, the flip and the
 brightness and contrast factors apply. Deviations from torchvision, each below a pixel or a
 rounding: the four jitter steps run in a fixed order (brightness, contrast, saturation, hue;
@@ -149,11 +153,14 @@ def random_grayscale(images, seed, p: float = GRAYSCALE_P):
     return tf.where(tf.random.stateless_uniform([images.shape[0], 1, 1, 1], seed) < p, gray, images)
 
 
-def ocl(images, seed):
-    """The online-CL protocol's set (module docstring) on float images [N, H, W, C] in [0, 1]."""
+def ocl(images, seed, colour: bool = True):
+    """The online-CL protocol's set (module docstring) on float images [N, H, W, C] in [0, 1];
+    ``colour=False``: its geometric half alone (crop and flip, the same draws for the same seed)."""
     s_crop, s_flip, s_jitter, s_gray = _seeds(seed, 4)
     out = random_resized_crop(images, s_crop)
     out = random_flip(out, s_flip)
+    if not colour:
+        return out
     out = color_jitter(out, s_jitter)
     return random_grayscale(out, s_gray)
 
@@ -163,7 +170,7 @@ def augment(images, name: str, seed):
     with the stateless ``seed`` [2]; ``none`` returns them as given."""
     if name == "none":
         return images
-    if name == "ocl":
+    if name in ("ocl", "crop_flip"):
         dtype = images.dtype
-        return tf.cast(ocl(tf.cast(images, tf.float32), seed), dtype)
+        return tf.cast(ocl(tf.cast(images, tf.float32), seed, colour=name == "ocl"), dtype)
     raise ValueError(f"unknown in-step augmentation {name!r}; allowed: {', '.join(IN_STEP)}")

@@ -127,8 +127,27 @@ def test_the_set_is_keyed_by_the_seed_and_stays_in_range():
     np.testing.assert_array_equal(augment.augment(x, "none", tf.constant([5, 6])).numpy(), x.numpy())
     gray_images = tf.constant(images(4, 8, channels=1))  # one channel: crop, flip, brightness, contrast
     assert augment.augment(gray_images, "ocl", tf.constant([1, 1])).shape == (4, 8, 8, 1)
-    with pytest.raises(ValueError, match="allowed: none, ocl"):
+    with pytest.raises(ValueError, match="allowed: none, ocl, crop_flip"):
         augment.augment(x, "flip", tf.constant([1, 1]))
+
+
+def test_crop_flip_is_the_sets_geometric_half_without_its_colour():
+    """``crop_flip``: ocl's crop and flip with the same draws, then no colour step: an image of one
+    colour per channel comes back unchanged (a resized crop of a flat image is the image), which
+    the colour jitter and the grayscale of ``ocl`` change."""
+    import tensorflow as tf
+
+    from gcl_tf import augment
+
+    x = tf.constant(images(16, 8))
+    seed = tf.constant([3, 4])
+    s_crop, s_flip, _, _ = augment._seeds(seed, 4)
+    geometric = augment.random_flip(augment.random_resized_crop(x, s_crop), s_flip).numpy()
+    np.testing.assert_array_equal(augment.augment(x, "crop_flip", seed).numpy(), geometric)
+    flat = tf.constant(np.broadcast_to(np.array([0.2, 0.5, 0.8], np.float32), (16, 8, 8, 3)).copy())
+    np.testing.assert_allclose(augment.augment(flat, "crop_flip", seed).numpy(), flat.numpy(), atol=1e-6)
+    coloured = augment.augment(flat, "ocl", seed).numpy()
+    assert sum(not np.allclose(c, f, atol=1e-3) for c, f in zip(coloured, flat.numpy())) >= 8
 
 
 def spy_network(model, seen):
@@ -208,7 +227,7 @@ def test_methods_without_it_refuse_it_in_one_line():
 
     with pytest.raises(ConfigError, match=r"augment: ewc does not augment inside its step; allowed: none"):
         gcl_tf.EWC(num_classes=4, num_tasks=2, input_shape=(8, 8, 3), augment="ocl")
-    with pytest.raises(ConfigError, match="allowed: none, ocl"):
+    with pytest.raises(ConfigError, match="allowed: none, ocl, crop_flip"):
         gcl_tf.ER(num_classes=4, input_shape=(8, 8, 3), augment="crop")
 
 
