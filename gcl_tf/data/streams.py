@@ -50,8 +50,8 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
 
     ``skip_batches`` resumes a stream part-way (the order and the augmentation do not depend on
     it). ``augment="flip"`` mirrors each sample of the stream with probability 1/2 (every epoch
-    draws anew), before the model sees it; an in-step set (``"ocl"``, ``"crop_flip"``) leaves the stream as read (the model
-    augments inside its step).
+    draws anew), before the model sees it; an in-step set (``"ocl"``, ``"crop_flip"``) leaves
+    the stream as read (the model augments inside its step).
     """
     n = len(data)
     steps_per_epoch = task_steps_per_epoch(n, batch_size, task_index)
