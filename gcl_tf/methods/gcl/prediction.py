@@ -162,17 +162,24 @@ class Prediction:
         """Accuracy (%) of GCL's predictions on ``images`` [N, ...] with ``labels`` [N] (as
         evaluated: test graphs sampled, every class allowed), and the first of those test graphs,
         from the images to the filled memory slots   (float, [N, C] numpy). A sample, not the
-        expected graph: at a low test temperature an edge of probability 1e-5 samples to about 0.
-        Runs on the device of the model's variables (the first replica's under a strategy)."""
+        expected graph: at a low test temperature an edge of probability 1e-5 samples to about 0."""
+        accuracy, sampled, _ = self.accuracy_and_test_graphs(images, labels)
+        return accuracy, sampled
+
+    def accuracy_and_test_graphs(self, images, labels):
+        """:meth:`accuracy_and_test_graph` and the expected test graph, ``sigmoid(E)`` from the
+        images to the filled memory slots   (float, [N, C], [N, C] numpy). Runs on the device of
+        the model's variables (the first replica's under a strategy)."""
         with tf.device(self.kernel_log_scale.value.device):
             logits_e, values, noise, own = self.test_graphs(to_float(images))
             log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, own,
                                                       tf.ones([self.num_classes], tf.bool))
             predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32).numpy()
-            graph = tf.sigmoid(logits_e) if noise is None else relaxed_bernoulli(logits_e, self.test_temperature,
-                                                                                 noise[0])
+            expected = tf.sigmoid(logits_e)
+            graph = expected if noise is None else relaxed_bernoulli(logits_e, self.test_temperature, noise[0])
         filled = int(self.memory.num_filled.numpy())
-        return 100.0 * float((predicted == labels).mean()), graph[:, :filled].numpy()
+        return (100.0 * float((predicted == labels).mean()), graph[:, :filled].numpy(),
+                expected[:, :filled].numpy())
 
     def learning_warning(self, task_index, images, labels):
         """One line when the task just learned is classified at about chance (below chance +
@@ -184,11 +191,12 @@ class Prediction:
         classes = np.unique(labels)
         if len(classes) < 2 or int(self.memory.num_filled.numpy()) < 2:
             return None  # no chance level to compare with, or no graph yet
-        accuracy, graph = self.accuracy_and_test_graph(images, labels)
+        accuracy, sampled, expected = self.accuracy_and_test_graphs(images, labels)
         chance = 100.0 / len(classes)
         if accuracy >= chance + self.ABOVE_CHANCE:
             return None
-        no_edge, spread = neighbourhoods(graph)
+        no_edge, _ = neighbourhoods(sampled)
+        _, spread = neighbourhoods(expected)
         if no_edge >= 0.5:
             why, change = f"{100 * no_edge:.0f}% of them have almost no edge to the memory", "larger"
         elif spread >= self.UNIFORM_SPREAD:
