@@ -995,12 +995,13 @@ def test_a_task_learned_at_chance_because_of_the_kernel_is_named_in_one_line(cap
 
 
 def test_middling_edges_that_weigh_the_memory_alike_are_named_though_their_samples_look_selective():
-    """GCL on the baselines' ResNet-18 under today's protocol (docs/reproducing.md) ends with every
-    expected edge between 0.2 and 1 (median 0.38) and stays at chance, silently: a sample at the
+    """GCL on the baselines' ResNet-18 under today's protocol (docs/reproducing.md; its first task
+    alone, median width) ends with every expected edge between 0.17 and 1 (median 0.38) and stays
+    at chance, silently: a sample at the
     test temperature draws about 40% of those edges on at random, and a row of random edges reads as
     singling out 40% of the memory. Whether a row weighs the memory alike is read on the expected
     graph (the Bernoulli means); whether it reaches nothing, on the sample."""
-    from gcl_tf.methods.gcl.graph import neighbourhoods
+    from gcl_tf.methods.gcl.graph import median_kernel_width, neighbourhoods, squared_distances
 
     model, stream = _small_gcl()
     model.fit(stream.take(3), verbose=0)
@@ -1008,8 +1009,8 @@ def test_middling_edges_that_weigh_the_memory_alike_are_named_though_their_sampl
     labels = np.arange(30) % 10
     u_t, _ = model.embed(images, training=False)
     u_c, _ = model.embed(model.memory.images[:20], training=False)
-    d2 = np.square(u_t.numpy()[:, None] - u_c.numpy()[None]).sum(-1)
-    model.kernel_log_scale.assign(np.log(np.median(d2) / (-2.0 * np.log(0.4))))  # the median edge: 0.4
+    width = median_kernel_width(np.median(squared_distances(u_t, u_c).numpy()), 0.4)  # the median edge: 0.4
+    model.kernel_log_scale.assign(np.log(width))
     accuracy, sampled, expected = model.accuracy_and_test_graphs(images, labels)
     assert accuracy < 10.0 + model.ABOVE_CHANCE
     np.testing.assert_allclose(np.median(expected), 0.4, atol=0.02)

@@ -7,7 +7,8 @@
 ``init``: for each trunk (ResNet-18 20 filters, ConvNet 64) and augmentation (none, crop_flip, ocl),
 over 3 initial seeds, 500 memory and 500 target images of task 1 (airplane, automobile) from the
 training split, embedded together (training mode, as a step does), the targets' vote over the
-memory's labels along the expected graph at the preset's width (sqrt(hidden_size) = 16).
+memory's labels along the expected graph (label_vote_logits of the sigmoid of GCL's edge logits)
+at the preset's width (sqrt(hidden_size) = 16).
 ``trained``: on 500 test images (50 a class) of a saved GCL: the edge embeddings' cosine within and
 across classes, the expected test graph from task 1's images to the memory (edge quantiles, share of
 the memory as effective neighbours), and a 5-fold linear probe on the trunk's features (task 1's two
@@ -42,6 +43,7 @@ def init(x, y):
 
     from gcl_tf.augment import augment
     from gcl_tf.data.streams import to_float
+    from gcl_tf.methods.gcl.graph import edge_logits, label_vote_logits
 
     idx = np.random.default_rng(0).permutation(np.where(y < 2)[0])[:1000]
     memory, targets = idx[:500], idx[500:]
@@ -51,11 +53,10 @@ def init(x, y):
             for seed in range(3):
                 model = gcl(backbone, filters, seed)
                 images = augment(to_float(x[idx]), name, tf.constant([seed, 1], tf.int32))
-                u = model.embed(images, training=True)[0].numpy().astype(np.float64)
-                d2 = np.square(u[500:, None] - u[None, :500]).sum(-1)
-                k = np.exp(-0.5 * d2 / 16.0)
-                vote = (k * (y[memory] == 1)[None]).sum(1) / np.maximum(k.sum(1), 1e-300)
-                votes.append(np.mean((vote > 0.5) == (y[targets] == 1)))
+                u = model.embed(images, training=True)[0]
+                graph = tf.sigmoid(edge_logits(u[500:], u[:500], tf.math.log(16.0)))  # the preset's width
+                vote = label_vote_logits(graph, tf.one_hot(y[memory], 10))
+                votes.append(np.mean(tf.argmax(vote, axis=1).numpy() == y[targets]))
             each = ", ".join(f"{100 * v:.1f}" for v in votes)
             print(f"{backbone} {name}: vote {100 * np.mean(votes):.1f}% (seeds {each})")
 
