@@ -1,0 +1,255 @@
+"""Why GCL does not learn on the baselines' ResNet-18 under today's protocol (issue 69): the
+library's switches one at a time and together, on validation, with the step's loss terms and the
+fraction of contexts the graph regulariser holds, step by step.
+
+Studies (each a list of runs of ``python -m gcl_tf.train``, one folder a run, skipped when its
+results.json exists, so the command resumes where it stopped):
+
+- ``first_task``: Split CIFAR10's first task (classes 0 and 1), 3,000 training images, 10% of them
+  held out as validation (2,700 to learn, 270 steps of 10), memory 500, ``benchmark.augment: ocl``,
+  the reduced ResNet-18 with 20 filters, seed 0: the reproducing.md first-task setup on validation.
+- ``short_stream``: the whole stream, 1,000 images a task (900 to learn, 100 held out), memory 500.
+
+Each run logs its loss terms every step (``train.log_every: 1``); this script reads them from the
+run's TensorBoard events into ``steps.json`` (what results in git keep) and writes ``table.md``:
+
+    python docs/results/gcl_today/diagnose.py first_task     # from the folder holding data/cifar10.npz
+    python docs/results/gcl_today/diagnose.py short_stream
+    python docs/results/gcl_today/diagnose.py table          # the tables only, from what has run
+    python docs/results/gcl_today/diagnose.py probe          # what carries the label (first_task)
+
+``probe`` reads each finished first-task GCL learner (``learner.keras``, kept on the machine that
+ran it) on its own validation split (the 300 held-out images): the head as evaluated on the
+expected graph, its two parts alone (the graph's term ``f_theta3(ReLU(Z))``, and with
+``own_latent`` the image's own term), the memory's vote along the expected graph, and the share of
+the memory a row weighs alike (effective neighbours); into ``first_task/probe.json`` and ``probe.md``.
+
+``--only NAME[,NAME]`` runs some variants; ``--list`` prints the commands.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+BASE = ["--config", os.path.join(ROOT, "configs", "split_cifar10_ocl.yaml"), "--set", "method.name=gcl",
+        "--set", "model.backbone=resnet18", "--set", "model.filters=20",
+        "--set", "benchmark.validation_fraction=0.1", "--set", "eval.split=validation",
+        "--set", "benchmark.source=npz", "--set", "benchmark.path=data/cifar10.npz",
+        "--set", "train.log_every=1", "--set", "seed=0"]
+
+STUDIES = {
+    "first_task": ["--set", "benchmark.num_tasks=1", "--set", "benchmark.samples_per_task=3000"],
+    "short_stream": ["--set", "benchmark.samples_per_task=1000"],
+    "three_tasks": ["--set", "benchmark.num_tasks=3", "--set", "benchmark.samples_per_task=null",
+                    "--set", "train.log_every=10"],
+}
+
+#: The library's switches (docs/gcl.md): the today's preset has each at the paper's value.
+SWITCHES = {
+    "regularize_below": "method.regularize_below=1.0",
+    "graph_lambda_0": "method.graph_lambda=0",
+    "own_latent": "method.own_latent=true",
+    "target_present": "method.target_loss=present",
+    "normalized": "method.kernel=normalized",
+    "median": "method.kernel_width=median",
+}
+TOGETHER = ["regularize_below", "own_latent", "target_present", "median"]  # the library's defaults
+
+VARIANTS = {  # in the order they run
+    "preset": [],
+    "own_latent": [SWITCHES["own_latent"]],
+    "regularize_below": [SWITCHES["regularize_below"]],
+    "defaults": [SWITCHES[n] for n in TOGETHER],
+    "er": ["method.name=er"],
+    "graph_lambda_0": [SWITCHES["graph_lambda_0"]],
+    "defaults_normalized": [SWITCHES[n] for n in TOGETHER] + [SWITCHES["normalized"]],
+    "regularize_below_0.3": ["method.regularize_below=0.3"],
+    "target_present": [SWITCHES["target_present"]],
+    "median": [SWITCHES["median"]],
+    "normalized": [SWITCHES["normalized"]],
+}
+#: The levers (docs/gcl_today.md, "The levers"): each on the library's defaults with contexts drawn
+#: as a replay batch of 64 (the step of ER's cost); the vote read beside the head in every run.
+REPLAY_CONTEXTS = ["method.edge_memory=embeddings", "method.context_batch=64", "method.also_test_predictions=[vote]"]
+LEVERS = {
+    "defaults_cb64": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS,
+    "defaults_cb64_gl0": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS + [SWITCHES["graph_lambda_0"]],
+    "defaults_cb64_gl0_normalized": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
+    + [SWITCHES["graph_lambda_0"], SWITCHES["normalized"], "method.kernel_width=0.1"],
+}
+VARIANTS.update(LEVERS)
+THREE_TASKS = [*LEVERS, "er"]
+SHORT_STREAM = ["preset", "defaults", "defaults_cb64", "defaults_cb64_gl0", "er"]
+TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
+
+
+def command(study: str, variant: str) -> list[str]:
+    sets = [a for value in VARIANTS[variant] for a in ("--set", value)]
+    return [sys.executable, "-m", "gcl_tf.train", *BASE, *STUDIES[study], *sets,
+            "--output", os.path.join(HERE, study, variant)]
+
+
+def read_steps(folder: str) -> dict:
+    """The per-step scalars ``train/<tag>`` of a run's TensorBoard events: {tag: [[step, value], ...]}."""
+    import tensorflow as tf
+
+    out: dict = {}
+    for path in sorted(glob.glob(os.path.join(folder, "tensorboard", "**", "events.out.tfevents.*"), recursive=True)):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if not value.tag.startswith("train/"):
+                    continue
+                number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                out.setdefault(value.tag[len("train/"):], {})[int(event.step)] = number
+    return {tag: sorted(values.items()) for tag, values in out.items()}
+
+
+def run(study: str, only: list[str] | None) -> None:
+    names = only or {"first_task": [v for v in VARIANTS if v not in LEVERS], "short_stream": SHORT_STREAM,
+                     "three_tasks": THREE_TASKS}[study]
+    for variant in names:
+        folder = os.path.join(HERE, study, variant)
+        if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):
+            continue
+        if not os.path.exists(os.path.join(folder, "results.json")):
+            resume = ["--resume"] if os.path.isdir(os.path.join(folder, "checkpoints")) else []
+            print(" ".join(command(study, variant)[1:] + resume), flush=True)
+            subprocess.run(command(study, variant) + resume, check=True)
+        with open(os.path.join(folder, "steps.json"), "w") as f:
+            json.dump(read_steps(folder), f)
+        write_table(study)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def window(series: list, lo: float, hi: float) -> list[float]:
+    """The values of ``series`` ([[step, value], ...]) from a fraction ``lo`` to ``hi`` of its steps."""
+    n = len(series)
+    return [v for _, v in series[int(lo * n):max(int(hi * n), int(lo * n) + 1)]]
+
+
+def row(study: str, variant: str) -> str | None:
+    folder = os.path.join(HERE, study, variant)
+    try:
+        with open(os.path.join(folder, "results.json")) as f:
+            results = json.load(f)
+        with open(os.path.join(folder, "steps.json")) as f:
+            steps = json.load(f)
+    except FileNotFoundError:
+        return None
+    setting = ", ".join(f"`{v}`" for v in VARIANTS[variant]) or "the preset (the paper's GCL)"
+    matrix = results["accuracy_matrix"]
+    cells = [f"{results['acc']:.1f}"]
+    if study != "first_task":
+        cells += [f"{results['learning_accuracy']:.1f}", f"{results['fgt']:.1f}",
+                  ", ".join(f"{matrix[t][t]:.0f}" for t in range(len(matrix)))]
+    for tag in ("context_loss", "target_loss"):
+        cells.append(f"{mean(window(steps.get(tag, []), 2 / 3, 1)):.3f}" if tag in steps else "-")
+    held = steps.get("regularized_fraction", [])
+    if held:
+        spans = ((0, 0.1), (0.1, 0.33), (0.33, 0.67), (0.67, 1))
+        cells.append(" / ".join(f"{mean(window(held, lo, hi)):.2f}" for lo, hi in spans))
+    else:
+        cells.append("-")
+    cells.append(f"{results['train_seconds']:.0f}")
+    return f"| {variant} | {setting} | " + " | ".join(cells) + " |"
+
+
+def write_table(study: str) -> None:
+    head = ["variant", "switches (beside the today's preset on the ResNet-18)", "validation ACC"]
+    if study != "first_task":
+        head += ["LA", "FGT", "each task just after it"]
+    head += ["context loss (last third)", "target loss (last third)",
+             "contexts held by L_G (steps 0-10% / 10-33% / 33-67% / 67-100%)", "train s"]
+    rows = [r for v in VARIANTS if (r := row(study, v))]
+    text = "| " + " | ".join(head) + " |\n|" + " --- |" * len(head) + "\n" + "\n".join(rows) + "\n"
+    with open(os.path.join(HERE, study, "table.md"), "w") as f:
+        f.write(text)
+
+
+def probe_learner(folder: str) -> dict:
+    """What carries the label in one first-task learner (see the module docstring), in %."""
+    import numpy as np
+    import tensorflow as tf
+
+    import gcl_tf
+    from gcl_tf.data.streams import to_float
+    from gcl_tf.methods.gcl.graph import edge_logits, label_vote_logits, neighbourhoods
+    from gcl_tf.methods.gcl.prediction import first_examples
+
+    model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
+    stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path="data/cifar10.npz"),
+                                     num_tasks=1, samples_per_task=3000, seed=0, validation_fraction=0.1)
+    images, labels = first_examples(stream.tasks[0].validation, 10**6)
+    images = to_float(images)
+    filled = int(model.memory.num_filled.numpy())
+    u_c, l_c = model.embed(to_float(model.memory.images[:filled]), training=False)
+    u_t, l_t = model.embed(images, training=False)
+    graph = tf.sigmoid(edge_logits(u_t, u_c, model.kernel_log_scale))  # [N, C] expected test graph
+    values = model.context_values(l_c, model.memory.labels[:filled], tf.ones([filled], tf.bool))
+    graph_part = model.classify(graph, values)  # f_theta3(ReLU(Z)) alone
+    own = model.own_logits(l_t)
+    vote = label_vote_logits(graph, tf.one_hot(model.memory.labels[:filled], model.num_classes))
+
+    def acc(logits):
+        mask = np.full(model.num_classes, -np.inf)
+        mask[np.unique(labels)] = 0.0  # the task's two classes: chance is 50
+        return round(100.0 * float(np.mean(np.argmax(np.asarray(logits) + mask, 1) == labels)), 1)
+
+    return {"head": acc(graph_part if own is None else graph_part + own), "graph_term": acc(graph_part),
+            "own_term": None if own is None else acc(own), "vote": acc(vote),
+            "effective_neighbours": round(100.0 * neighbourhoods(graph.numpy())[1], 1)}
+
+
+def probe() -> None:
+    out = {}
+    for variant in VARIANTS:
+        folder = os.path.join(HERE, "first_task", variant)
+        if variant != "er" and os.path.exists(os.path.join(folder, "learner.keras")):
+            out[variant] = probe_learner(folder)
+            print(variant, out[variant], flush=True)
+    with open(os.path.join(HERE, "first_task", "probe.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    head = ["variant", "head (expected graph)", "graph's term alone", "own term alone", "vote",
+            "effective neighbours (% of memory)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for variant, r in out.items():
+        cells = [r["head"], r["graph_term"], "-" if r["own_term"] is None else r["own_term"], r["vote"],
+                 r["effective_neighbours"]]
+        lines.append(f"| {variant} | " + " | ".join(str(c) for c in cells) + " |")
+    with open(os.path.join(HERE, "first_task", "probe.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", choices=[*STUDIES, "table", "probe"])
+    parser.add_argument("--only", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args()
+    if args.study == "table":
+        for study in STUDIES:
+            if os.path.isdir(os.path.join(HERE, study)):
+                write_table(study)
+        return
+    if args.study == "probe":
+        probe()
+        return
+    if args.list:
+        for variant in args.only or VARIANTS:
+            print(" ".join(command(args.study, variant)[1:]))
+        return
+    run(args.study, args.only)
+
+
+if __name__ == "__main__":
+    main()
