@@ -110,9 +110,10 @@ _TRUNK_OR_MEMORY = re.compile(rf"(?:(?:{'|'.join(map(re.escape, layout.BACKBONES
 def setting_of(run) -> str:
     """What a run's folder changes besides its trunk and memory size (which the table's columns
     show): ``""`` for the preset (``onpro``, ``er-convnet``, ``er-resnet18_64``, ``er-memory200``),
-    else the folder's suffix (``onpro-rotations4``: ``rotations4``, a stated deviation)."""
-    suffix = run.variant.partition("-")[2]
-    return "" if not suffix or _TRUNK_OR_MEMORY.fullmatch(suffix) else suffix
+    else the folder's suffix without them (``onpro-rotations4``: ``rotations4``, a stated deviation;
+    ``gcl-paper-memory200``: ``paper``)."""
+    parts = run.variant.split("-")[1:]  # gcl-paper-memory200: paper (its memory size is a column)
+    return "-".join(p for p in parts if not _TRUNK_OR_MEMORY.fullmatch(p))
 
 
 def today_table(runs) -> tuple[str, str]:

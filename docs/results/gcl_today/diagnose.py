@@ -43,6 +43,10 @@ BASE = ["--config", os.path.join(ROOT, "configs", "split_cifar10_ocl.yaml"), "--
         "--set", "benchmark.validation_fraction=0.1", "--set", "eval.split=validation",
         "--set", "benchmark.source=npz", "--set", "benchmark.path=data/cifar10.npz",
         "--set", "train.log_every=1", "--set", "seed=0"]
+#: The paper's GCL, the today's preset before issue 69 (its switches off), which the variants change.
+PAPER = ["method.regularize_below=null", "method.kernel_width=null", "method.own_latent=false",
+         "method.target_loss=all", "method.edge_memory=matrix", "method.context_batch=null", "model.hidden_size=256"]
+
 
 STUDIES = {
     "first_task": ["--set", "benchmark.num_tasks=1", "--set", "benchmark.samples_per_task=3000"],
@@ -83,6 +87,8 @@ LEVERS = {
     "defaults_cb64_gl0": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS + [SWITCHES["graph_lambda_0"]],
     "defaults_cb64_gl0_normalized": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
     + [SWITCHES["graph_lambda_0"], SWITCHES["normalized"], "method.kernel_width=0.1"],
+    "defaults_cb64_normalized": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
+    + [SWITCHES["normalized"], "method.kernel_width=0.1"],
 }
 VARIANTS.update(LEVERS)
 THREE_TASKS = [*LEVERS, "er"]
@@ -91,7 +97,8 @@ TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fracti
 
 
 def command(study: str, variant: str) -> list[str]:
-    sets = [a for value in VARIANTS[variant] for a in ("--set", value)]
+    paper = [] if variant == "er" else PAPER  # ER takes its own preset
+    sets = [a for value in [*paper, *VARIANTS[variant]] for a in ("--set", value)]
     return [sys.executable, "-m", "gcl_tf.train", *BASE, *STUDIES[study], *sets,
             "--output", os.path.join(HERE, study, variant)]
 
@@ -149,6 +156,9 @@ def row(study: str, variant: str) -> str | None:
     setting = ", ".join(f"`{v}`" for v in VARIANTS[variant]) or "the preset (the paper's GCL)"
     matrix = results["accuracy_matrix"]
     cells = [f"{results['acc']:.1f}"]
+    vote = results.get("evaluations", {}).get("vote")
+    if study == "three_tasks":
+        cells.append(f"{vote['acc']:.1f}" if vote else "-")
     if study != "first_task":
         cells += [f"{results['learning_accuracy']:.1f}", f"{results['fgt']:.1f}",
                   ", ".join(f"{matrix[t][t]:.0f}" for t in range(len(matrix)))]
@@ -166,6 +176,8 @@ def row(study: str, variant: str) -> str | None:
 
 def write_table(study: str) -> None:
     head = ["variant", "switches (beside the today's preset on the ResNet-18)", "validation ACC"]
+    if study == "three_tasks":
+        head.append("vote ACC")
     if study != "first_task":
         head += ["LA", "FGT", "each task just after it"]
     head += ["context loss (last third)", "target loss (last third)",

@@ -24,6 +24,11 @@ ROWS = [
     ("er (paper protocol: replay 10)", "er", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 10}),
     ("er, 64 filters", "er", "resnet18", 64, {"memory_size": 500, "replay_batch_size": 64}),
     ("gcl", "gcl", "convnet", 64, {"memory_size": 500}),
+    # GCL's today's preset (docs/gcl_today.md): the ResNet-18, contexts drawn as a replay batch of 64
+    ("gcl, today's preset", "gcl", "resnet18", 20, {"memory_size": 500, "edge_memory": "embeddings",
+                                                    "context_batch": 64, "own_latent": True, "target_loss": "present",
+                                                    "regularize_below": 1.0, "kernel_width": "median"}),
+    ("gcl, resnet18, whole memory", "gcl", "resnet18", 20, {"memory_size": 500}),
     ("onpro", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
     ("onpro (first task)", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
     ("onpro, rotations 4", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64, "rotations": 4}),
