@@ -1,9 +1,11 @@
 """Augmentation inside the compiled step: the online continual-learning protocol of today's re-runs.
 
-Published re-runs of online methods (OCM, OnPro, the OCL survey of Michel et al. and the tables
-built on it) give every method the same augmentation of the incoming batch *and* of the replayed
-samples, applied on the device each step; the memory keeps the raw images. The set, as their code
-builds it with kornia / torchvision (``ocl``):
+The re-runs of online methods by Michel et al. (ICML 2024, Nicolas1203/mkd_ocl) and SCR's (Mai et al.,
+2021) give every method the same augmentation of the incoming batch *and* of the replayed samples,
+applied on the device each step; the memory keeps the raw images. (OCM and OnPro train on a set of
+their own, flip, grayscale 0.25 and crop 0.3-1 with no colour jitter, which OnPro here always
+applies: docs/onpro.md; the OCL survey of Mai et al. uses a crop with padding and a flip.) The set,
+as their code builds it with kornia / torchvision (``ocl``):
 
 - random resized crop to the image's size, area scale in [0.2, 1], aspect ratio in [3/4, 4/3]
   (torchvision's draw: 10 tries, else the whole image), bilinear;
