@@ -379,7 +379,7 @@ def main(argv=None) -> int:
     # TensorFlow: before TensorFlow loads, so they are reported in about a second (resuming, the
     # run's checkpoints and config.yaml once it loads).
     config = config_lib.precheck(args.config, overrides)
-    prechecks.output_folder(args.output or config.output_dir)  # another run's, with --overwrite or --resume too
+    prechecks.train_folder(args.output, config, args.overwrite)  # another run's, with --overwrite or --resume too
     plan = plan_run(config, args.output, args.overwrite, args.resume)
     if not args.resume:  # a resumed run restores its own checkpoint
         check_init_from_folder(config, args.output)
