@@ -344,13 +344,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Redraw every table and figure of a suite from its saved results "
                                                  "(no training).")
     parser.add_argument("output", metavar="DIR",
-                        help="the suite's output folder (python -m gcl_tf.benchmark paper --output DIR)")
+                        help="the suite's output folder (python -m gcl_tf.benchmark paper --output DIR), or a run's "
+                             "folder (its plots.png)")
     return parser
 
 
 @exit_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if os.path.isfile(os.path.join(args.output, layout.RESULTS)):  # a run's folder: its own picture
+        from gcl_tf.run_plots import task_table, write_run_plots
+
+        print(f"{task_table(read_json(os.path.join(args.output, layout.RESULTS)))}\n-> {write_run_plots(args.output)}")
+        return 0
     redraw(args.output)
     return 0
 
