@@ -9,14 +9,36 @@ less their accuracy at the end, BWT the mean of R[T][j] - R[j][j] (docs/configur
 """
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
 
-from gcl_tf.io import read_json
+from gcl_tf.io import read_json, write_atomic
 from gcl_tf.run_layout import PLOTS, RESULTS
 
 ANNOTATED = 12  # tasks up to which each cell of the heatmap shows its number
+
+
+def new_figure(width: float, height: float):
+    """A matplotlib figure drawn off-screen (Agg), its layout constrained (every figure of gcl_tf)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def figure_png(figure, dpi: int = 120) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def save_figure(figure, path: str) -> str:
+    write_atomic(path, figure_png(figure))
+    return path
 
 
 def _matrix(results: dict) -> np.ndarray:
@@ -26,8 +48,6 @@ def _matrix(results: dict) -> np.ndarray:
 def run_figure(results: dict):
     """The figure of one run: R as a heatmap (rows: after task i; columns: task j) and each task's
     accuracy from when it is learned to the end of the stream."""
-    from gcl_tf.benchmark.plots import new_figure
-
     R = _matrix(results)
     T = len(R)
     figure = new_figure(10.5, 4.2)
@@ -62,8 +82,6 @@ def run_figure(results: dict):
 def write_run_plots(run_dir: str, results: dict | None = None) -> str:
     """Write ``run_dir/plots.png`` from the run's results (read from its results.json when not
     given); returns its path."""
-    from gcl_tf.benchmark.plots import save_figure
-
     results = read_json(os.path.join(run_dir, RESULTS)) if results is None else results
     return save_figure(run_figure(results), os.path.join(run_dir, PLOTS))
 
