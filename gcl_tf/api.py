@@ -75,6 +75,10 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
     output_dir = output_dir or config.output_dir
     try:
         check_free(output_dir)  # another run's folder: said before the data loads, as the command line does
+        if overwrite:  # only a run of gcl_tf.train there, as the command line's --overwrite
+            from gcl_tf.prechecks import train_folder
+
+            train_folder(output_dir, config, overwrite)
         results = train.run(config, output_dir=output_dir, overwrite=overwrite, verbose=verbose, resume=resume)
     except UserError as error:  # what to do, in this function's keywords (resume=True, not --resume)
         raise in_api_words(error) from None

@@ -149,13 +149,22 @@ def torch_default_init(root) -> int:
     return count
 
 
+DEFAULT_FILTERS = {"convnet": 64, "resnet18": 20}  # the paper's, for model.filters: null
+
+
+def describe(model_config) -> str:
+    """The trunk in a few words: ``mlp (256 hidden units)``, ``resnet18 (20 filters)``."""
+    if model_config.backbone == "mlp":
+        return f"mlp ({model_config.hidden_size} hidden units)"
+    return f"{model_config.backbone} ({model_config.filters or DEFAULT_FILTERS[model_config.backbone]} filters)"
+
+
 def build_backbone(model_config, input_shape) -> keras.Model:
     if model_config.backbone == "mlp":
         return mlp(input_shape, model_config.hidden_size)
-    if model_config.backbone == "convnet":
-        return convnet(input_shape, model_config.filters or 64)
-    if model_config.backbone == "resnet18":
-        return resnet18(input_shape, model_config.filters or 20)
+    if model_config.backbone in DEFAULT_FILTERS:
+        build = convnet if model_config.backbone == "convnet" else resnet18
+        return build(input_shape, model_config.filters or DEFAULT_FILTERS[model_config.backbone])
     raise ValueError(f"unknown backbone {model_config.backbone!r}")
 
 

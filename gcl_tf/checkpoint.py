@@ -194,7 +194,8 @@ class RunCheckpoints:
         step = int(self.model.first_nonfinite_step.numpy())
         if step == 0:
             return
-        kept = (f"the last good checkpoint (step {self.saved_step}) is kept in {self.folder}"
+        kept = (f"the last good checkpoint (step {self.saved_step}) is kept in {self.folder}, with the run's "
+                "config.yaml and TensorBoard logs, to show how far it got (--overwrite starts it again)"
                 if self.saved_step is not None else "no checkpoint was written")
         raise TrainingError(
             f"training diverged: the loss or the weights became NaN or infinite at step {step} "

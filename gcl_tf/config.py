@@ -37,6 +37,7 @@ from gcl_tf.config_dicts import (  # noqa: F401 (re-exported: gcl_tf.config is w
 )
 from gcl_tf.data.config import BenchmarkConfig, settle_color_mode
 from gcl_tf.errors import ConfigError
+from gcl_tf.method_hints import of_another_method
 from gcl_tf.schema import MethodConfig, build_dataclass, describe_value, did_you_mean, value_range
 
 # Sources read from benchmark.path (the others: scikit-learn's digits, TFDS).
@@ -165,7 +166,10 @@ def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
     for preset_name, preset in presets.items():
         _check_preset(preset_name, preset, config_class(preset_name))
     # the selected name, whatever the default of the method's Config says
-    config.method = build_dataclass(config_class(name), {**method_section, "name": name}, "method")
+    try:
+        config.method = build_dataclass(config_class(name), {**method_section, "name": name}, "method")
+    except ConfigError as error:  # a key of another method: say whose (issue 71)
+        raise of_another_method(error, name, method_section, config_class) from None
     if not method_keys:
         config.method.check(config)  # the method's own rules, before TensorFlow loads
         return config
@@ -327,6 +331,11 @@ def precheck(path: str, overrides=()) -> Config:
     problem = missing_data_path(config.benchmark)
     if problem:
         raise DataError(problem)
+    from gcl_tf import method_hints
+    from gcl_tf.data import known  # the dataset's name and the sizes its arrays take (issue 71)
+
+    known.precheck(config)
+    method_hints.precheck(config)  # benchmark.augment in the step of a method that takes none
     return config
 
 

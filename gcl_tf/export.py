@@ -80,10 +80,26 @@ def serving_module(model):
     return module
 
 
-def check_out(out: str, overwrite: bool) -> None:
+# What an export writes in OUT: the SavedModel (tf.saved_model.save) and its metadata; metadata.json
+# and saved_model.pb mark it (what --overwrite may replace: gcl_tf/overwrite.py).
+EXPORT_NAMES = ("saved_model.pb", "fingerprint.pb", "variables", "assets", METADATA)
+EXPORT_MARKERS = ("saved_model.pb", METADATA)
+EXPORTED = "a SavedModel folder written by gcl_tf.export"
+
+
+def check_out(out: str, overwrite: bool, run_dir: str | None = None) -> None:
+    """OUT can take the export: not RUN_DIR, not inside it nor above it; a new folder, or with
+    ``overwrite`` an earlier export (nothing else: a file, a folder holding other files)."""
+    from gcl_tf import overwrite as overwrite_lib
+
+    if run_dir is not None:
+        overwrite_lib.check_apart(out, {"RUN_DIR": run_dir}, "OUT")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UserError(f"OUT: {out} is a file; allowed: a new folder, or with --overwrite {EXPORTED}")
+    overwrite_lib.check_replaceable(out, "OUT", EXPORTED, EXPORT_NAMES, EXPORT_MARKERS)  # else: not ours
     if os.path.exists(out) and not overwrite:
         raise UserError(f"OUT: {os.path.abspath(out)} exists; pass --overwrite to replace it or choose another folder")
-    check_writable(out, "OUT")  # a file, under a file, a disk that takes no folder: before anything is built
+    check_writable(out, "OUT")  # under a file, a disk that takes no folder: before anything is built
 
 
 def check_run_dir(run_dir: str, allow_unfinished: bool = True) -> None:
@@ -154,7 +170,7 @@ def export(run_dir: str, out: str, overwrite: bool = False, allow_unfinished: bo
     import tensorflow as tf
 
     out = os.path.abspath(out)
-    check_out(out, overwrite)
+    check_out(out, overwrite, run_dir)
     model, info, run = load_run(run_dir, allow_unfinished)
     module = serving_module(model)
     metadata = {
@@ -193,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gcl_tf.export", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by gcl_tf.train")
     parser.add_argument("out", metavar="OUT", help="the SavedModel folder to write")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT (nothing else)")
     parser.add_argument("--allow-unfinished", action="store_true",
                         help="export the last checkpoint of a run that has not trained every task")
     return parser
@@ -202,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    check_out(args.out, args.overwrite)  # both before TensorFlow loads
+    check_out(args.out, args.overwrite, args.run_dir)  # both before TensorFlow loads
     check_run_dir(args.run_dir, args.allow_unfinished)
     import_tensorflow()
     metadata = export(args.run_dir, args.out, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished)

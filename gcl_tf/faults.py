@@ -22,7 +22,7 @@ import tempfile
 import threading
 
 from gcl_tf.errors import DiskError, FolderBusy, UserError
-from gcl_tf.run_layout import LOCK_FILE
+from gcl_tf.run_layout import LOCK_FILE, checkpoint_steps
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -127,6 +127,33 @@ def exclusive(folder: str, option: str = "--output"):
         yield path
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def undo_unsaved_run(folder: str, resume: bool):
+    """Around a fresh run (not ``resume``): when it fails before its first checkpoint, remove what
+    it created in ``folder`` (the folder itself when it created it; else the entries it added),
+    and say so at the end of its one-line error. A run with a checkpoint keeps everything."""
+    existed = os.path.isdir(folder)
+    before = set(os.listdir(folder)) if existed else set()
+    try:
+        yield
+    except Exception as error:
+        if resume or not os.path.isdir(folder) or checkpoint_steps(folder):
+            raise
+        import shutil
+
+        added = sorted(set(os.listdir(folder)) - before)
+        for name in [] if not existed else added:
+            path = os.path.join(folder, name)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+        if not existed:
+            shutil.rmtree(folder, ignore_errors=True)
+        removed = folder if not existed else ", ".join(added)
+        if isinstance(error, UserError) and removed:
+            error.args = (f"{error}; removed what the run wrote ({removed}): it stopped before its first "
+                          "checkpoint, so nothing of it was worth keeping", *error.args[1:])
+        raise
 
 
 def entries(folder: str) -> list[str]:

@@ -16,8 +16,15 @@ TensorFlow made unimportable.
 """
 from __future__ import annotations
 
+import os
+
+from gcl_tf import overwrite as overwrite_lib
 from gcl_tf.data.counts import task_steps_per_epoch, validation_count
+from gcl_tf.errors import UserError
 from gcl_tf.faults import check_free, check_writable
+from gcl_tf.run_layout import CONFIG, RUN_NAMES, SEARCH_FILE, SEARCH_NAMES
+
+SEARCH = "a search of gcl_tf.tune"
 
 
 def output_folder(folder: str, option: str = "--output") -> None:
@@ -25,6 +32,49 @@ def output_folder(folder: str, option: str = "--output") -> None:
     (:func:`gcl_tf.faults.check_free`): one line otherwise, nothing written."""
     check_writable(folder, option)
     check_free(folder, option)
+
+
+def given_output(output, option: str = "--output"):
+    """``output`` as given (None: not given); an empty one is refused, not read as the default."""
+    if output is not None and not str(output).strip():
+        raise UserError(f"{option}: empty; allowed: a folder's path (or leave {option} out for the config's "
+                        "output_dir)")
+    return output
+
+
+def train_folder(output, config, overwrite: bool) -> str:
+    """The training run's folder (``--output``, else the config's), checked: it can be written and
+    no run holds it (:func:`output_folder`), it is no search's folder, and ``--overwrite``
+    replaces only a run of gcl_tf.train there, never its ``init_from`` run or its data
+    (gcl_tf/overwrite.py)."""
+    folder = given_output(output) or config.output_dir
+    output_folder(folder)
+    if os.path.isfile(os.path.join(folder, SEARCH_FILE)):
+        raise UserError(f"--output: {folder} is a search's folder (it holds {SEARCH_FILE}); allowed: a new folder "
+                        "or a run's (python -m gcl_tf.tune writes searches)")
+    if overwrite:
+        if config.init_from is not None:  # its own words for init_from's folder as --output
+            from gcl_tf.learner import check_init_folder
+
+            check_init_folder(config.init_from, folder)
+        overwrite_lib.check_apart(folder, {"init_from": config.init_from, "benchmark.path": config.benchmark.path},
+                                  "--output")
+        overwrite_lib.check_replaceable(folder, "--output", "a run of gcl_tf.train", RUN_NAMES, (CONFIG,))
+    return folder
+
+
+def search_folder(folder: str, config, overwrite: bool) -> None:
+    """A search's folder (python -m gcl_tf.tune): :func:`output_folder`'s checks, then with
+    ``--overwrite`` only a search there (its search.json and what KerasTuner and its trials
+    write), never one holding the config's ``init_from`` run or its data."""
+    output_folder(folder)
+    if os.path.isdir(folder) and overwrite_lib.foreign(folder, ()) and not os.path.isfile(os.path.join(folder,
+                                                                                                      SEARCH_FILE)):
+        raise UserError(f"{folder} exists and holds no search ({SEARCH_FILE} is missing); choose another --output")
+    if overwrite:
+        overwrite_lib.check_apart(folder, {"init_from": config.init_from, "benchmark.path": config.benchmark.path},
+                                  "--output")
+        overwrite_lib.check_replaceable(folder, "--output", SEARCH, SEARCH_NAMES, (SEARCH_FILE,))
 
 
 def task_train_size(benchmark) -> int | None:

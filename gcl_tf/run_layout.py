@@ -9,6 +9,7 @@
     DIR/artifacts.npz     arrays for the suite's figures (gcl_tf/artifacts.py)
     DIR/checkpoints/      tf.train checkpoints (gcl_tf/checkpoint.py): what --resume continues from
     DIR/tensorboard/      TensorBoard logs
+    DIR/plots.png         the accuracy matrix as a heatmap, each task's accuracy over the stream
     DIR/gcl_tf.lock       the lock a process holds while it works in DIR (gcl_tf/faults.py)
 
 The checkpoints, the tuner (gcl_tf/tune), the paper suite (gcl_tf/benchmark) and export read
@@ -29,6 +30,7 @@ ARTIFACTS = "artifacts.npz"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 LOCK_FILE = "gcl_tf.lock"
+PLOTS = "plots.png"  # the run's pictures: its accuracy matrix and each task's accuracy over the stream
 # A search's folder (``python -m gcl_tf.tune``, gcl_tf/tune) holds beside its trials' run folders:
 SEARCH_FILE = "search.json"  # what is searched
 BEST_CONFIG = "best_config.yaml"  # the best trial's config, ready for --config
@@ -36,6 +38,13 @@ BEST_FILE = "best.json"  # every finished trial's values and validation ACC, bes
 # What a run's or a search's folder holds beside the config.yaml / best_config.yaml it saved
 # (config.saved_by_gcl_tf: a saved config reads as that run ran).
 SAVED_BESIDE_CONFIG = (MODEL_INFO, RESULTS, CHECKPOINTS, LEARNER, BEST_FILE, SEARCH_FILE)
+
+# What a run's folder may hold, all written by gcl_tf.train (what its --overwrite replaces; its
+# config.yaml marks it: gcl_tf/overwrite.py); and a search's (gcl_tf.tune: KerasTuner's state, its
+# trials' runs, the hyper-parameters' TensorBoard events; its search.json marks it).
+RUN_NAMES = (RESULTS, CONFIG, MODEL_INFO, LEARNER, ARTIFACTS, CHECKPOINTS, TENSORBOARD, PLOTS)
+SEARCH_NAMES = (SEARCH_FILE, BEST_FILE, BEST_CONFIG, "oracle.json", "tuner*.json", "trial_*", "best",
+                "events.out.tfevents.*")
 
 # Config keys (dotted; a section name covers the section) that do not change a run's results:
 # a run may be resumed, and a suite's or a search's finished run reused, with other values.

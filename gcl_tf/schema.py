@@ -170,8 +170,9 @@ def check_range(value, spec, key):
 def did_you_mean(word, choices, prefix: str = "") -> str:
     """``"did you mean 'train.learning_rate'? "`` for a near miss of one of ``choices`` (under the
     dotted ``prefix``), else ""."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.75)
-    return f"did you mean '{prefix + '.' if prefix else ''}{close[0]}'? " if close else ""
+    folded = {str(c).lower(): str(c) for c in choices}  # GCL -> gcl: a near miss whatever the case
+    close = difflib.get_close_matches(str(word).lower(), list(folded), n=1, cutoff=0.75)
+    return f"did you mean '{prefix + '.' if prefix else ''}{folded[close[0]]}'? " if close else ""
 
 
 def build_dataclass(cls, data, prefix: str):

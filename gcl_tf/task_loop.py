@@ -21,7 +21,9 @@ import tensorflow as tf
 
 from gcl_tf import machine, metrics
 from gcl_tf.artifacts import export_artifacts
+from gcl_tf.backbones import describe as describe_trunk
 from gcl_tf.callbacks import PeriodicCheckpoint, ProgressLine, StepLogger, TaskBoundary, TaskEndEvaluation
+from gcl_tf.data.fingerprint import KEY, fingerprint
 from gcl_tf.data.streams import task_steps_per_epoch, train_dataset
 from gcl_tf.distribute import distribute_batches
 from gcl_tf.errors import DiskError, Stopped
@@ -29,7 +31,8 @@ from gcl_tf.faults import StopSignals
 from gcl_tf.io import write_json_atomic, write_npz_atomic
 from gcl_tf.learner import write_learner
 from gcl_tf.quiet import onednn_enabled
-from gcl_tf.run_layout import ARTIFACTS, RESULTS, TENSORBOARD
+from gcl_tf.run_layout import ARTIFACTS, PLOTS, RESULTS, TENSORBOARD
+from gcl_tf.run_plots import task_table, write_run_plots
 
 
 @contextlib.contextmanager
@@ -138,6 +141,11 @@ class TaskLoop:
 
     def announce(self) -> None:
         start, T = self.start, self.num_tasks
+        if self.verbose:  # what runs, in one line
+            c = self.config
+            print(f"{c.method.name} on {describe_trunk(c.model)}, {c.benchmark.name} {c.benchmark.dataset} "
+                  f"({c.benchmark.source}), {T} tasks, batch {c.train.batch_size}, {c.train.optimizer} "
+                  f"{c.train.learning_rate:g}, seed {c.seed} -> {self.output_dir}", flush=True)
         if self.init_from is not None and self.verbose:
             print(f"Starting from the learner of {self.init_from['run']}: {start.task_offset} tasks and "
                   f"{start.first_step} steps behind it; this run's task 1 is its task {start.task_offset + 1}",
@@ -217,9 +225,19 @@ class TaskLoop:
         with finishing():
             write_json_atomic(path, results)
         if self.verbose:
+            print(task_table(results))
             print(f"ACC {results['acc']:.2f}  FGT {results['fgt']:.2f}  BWT {results['bwt']:.2f}  "
                   f"(train {results['train_seconds']:.1f}s, eval {results['eval_seconds']:.1f}s) -> {path}", flush=True)
+        draw_plots(self.output_dir, results)
         return results
+
+
+def draw_plots(output_dir: str, results: dict) -> None:
+    """``DIR/plots.png`` (gcl_tf/run_plots.py); a figure that cannot be drawn only warns: the run is finished."""
+    try:
+        write_run_plots(output_dir, results)
+    except Exception as error:  # noqa: BLE001 - a picture is no reason to fail a finished run
+        print(f"warning: {PLOTS} not written ({type(error).__name__}: {error})", flush=True)
 
 
 def run_results(config, model, evaluator, task_seconds, start: Start) -> dict:
@@ -248,6 +266,7 @@ def run_results(config, model, evaluator, task_seconds, start: Start) -> dict:
         "eval_samples": int(evaluator.eval_samples),
         "num_parameters": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
         "resumed_from_step": start.resumed_step,
+        KEY: fingerprint(config.benchmark),  # its data by content: the same run wherever the data lies
         # A run from another's learner: that run, the tasks its learner had begun and its steps.
         "init_from": None if config.init_from is None else {
             "run": os.path.abspath(config.init_from), "tasks_before": start.task_offset,

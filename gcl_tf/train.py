@@ -36,8 +36,9 @@ from typing import NamedTuple, Optional
 
 from gcl_tf import config as config_lib
 from gcl_tf import config_dicts, prechecks, run_layout
+from gcl_tf.data import fingerprint
 from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
-from gcl_tf.faults import StopSignals, check_free, check_writable, exclusive
+from gcl_tf.faults import StopSignals, check_free, check_writable, exclusive, undo_unsaved_run
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.learner import check_init_folder
 from gcl_tf.quiet import import_tensorflow
@@ -48,10 +49,9 @@ PROGRESS_SECONDS = 60.0  # a progress line about once a minute in a log file (tr
 
 # ----------------------------------------------------------------------------- before training
 def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None:
-    """Refuse to replace a finished run, or an unfinished one (its checkpoints) without
-    ``--resume`` or ``--overwrite``, or a path that cannot be a folder. Nothing written (bad input
-    must leave the folder alone; :func:`gcl_tf.faults.check_writable`'s probe is removed at once)
-    and no TensorFlow: the command line checks this first."""
+    """Refuse to replace a finished run, or an unfinished one (its checkpoints) without ``--resume`` or
+    ``--overwrite``, or a path that cannot be a folder. Nothing written (bad input must leave the folder
+    alone; check_writable's probe is removed at once) and no TensorFlow: the command line checks this first."""
     check_writable(output_dir)  # a file, under a file, /proc: said as such, not as a failed write
     results = os.path.join(output_dir, RESULTS)
     if os.path.exists(results) and resume:
@@ -85,7 +85,8 @@ def check_resumable(output_dir: str, config) -> list[str]:
     except UserError as error:
         raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
                            "start a new run in another --output") from None
-    shown = config_dicts.describe_differences(saved, config.to_dict(), RESULT_NEUTRAL_KEYS)
+    neutral = RESULT_NEUTRAL_KEYS + fingerprint.moved_run_data(output_dir, saved, config)  # its data, by content
+    shown = config_dicts.describe_differences(saved, config.to_dict(), neutral)
     if shown:
         raise NotResumable(f"the config differs from the run's {saved_path}: {shown}",
                            "resume with the run's config or start a new run in another --output")
@@ -93,8 +94,7 @@ def check_resumable(output_dir: str, config) -> list[str]:
 
 
 def check_init_from_folder(config, output_dir: Optional[str] = None) -> None:
-    """init_from's folder holds a learner (checked before TensorFlow loads; the learner itself is
-    checked against the config when the data is loaded: gcl_tf.learner.check_init_from)."""
+    """init_from's folder holds a learner, before TensorFlow loads (gcl_tf.learner.check_init_from: the learner)."""
     if config.init_from is not None:
         check_init_folder(config.init_from, output_dir or config.output_dir)
 
@@ -175,6 +175,7 @@ def model_info(config, benchmark) -> dict:
         "input_shape": [int(d) for d in benchmark.input_shape],
         "num_classes": int(benchmark.num_classes),
         "class_names": [str(n) for n in names[: benchmark.num_classes]] if names else None,
+        fingerprint.KEY: fingerprint.fingerprint(config.benchmark),  # its data by content (--resume elsewhere)
     }
 
 
@@ -272,10 +273,9 @@ def op_determinism_restored():
 
 
 def output_modes(config, verbose, progress_seconds) -> tuple:
-    """The verbosity and the progress line's interval. On a terminal, Keras's progress bar; in a
-    log file (stdout not a terminal) ``verbose`` 1 is our progress line about every
-    PROGRESS_SECONDS (the run's step, rate and time left) in place of Keras's lines, which the
-    TaskLoop then silences; 2 keeps them (a line per epoch) beside it."""
+    """The verbosity and the progress line's interval. On a terminal, Keras's progress bar; in a log
+    file (stdout not a terminal) ``verbose`` 1 is our progress line about every PROGRESS_SECONDS (the
+    run's step, rate and time left) in place of Keras's lines, which the TaskLoop then silences; 2 keeps them."""
     verbose = config.train.verbose if verbose is None else verbose
     if progress_seconds is None:
         progress_seconds = PROGRESS_SECONDS if verbose and not sys.stdout.isatty() else 0
@@ -333,7 +333,8 @@ def train_held(plan: RunPlan, benchmark, strategy, init_from) -> TrainedModel:
 
     multi_worker = plan.config.train.distribute == "multi_worker"
     # Multi-worker training stops together or not at all: there a signal ends the process.
-    with exclusive(plan.output_dir), StopSignals(enabled=not multi_worker) as stop:
+    with undo_unsaved_run(plan.output_dir, plan.resume), exclusive(plan.output_dir), \
+            StopSignals(enabled=not multi_worker) as stop:
         resume_from = plan.check_folder()  # again, now that no other run can change the folder
         model, checkpoints = restore(plan.config, benchmark, plan.output_dir, strategy, resume_from, init_from)
         results = TaskLoop(plan.config, plan.output_dir, benchmark, model, checkpoints, strategy, stop, plan.verbose,
@@ -379,7 +380,7 @@ def main(argv=None) -> int:
     # TensorFlow: before TensorFlow loads, so they are reported in about a second (resuming, the
     # run's checkpoints and config.yaml once it loads).
     config = config_lib.precheck(args.config, overrides)
-    prechecks.output_folder(args.output or config.output_dir)  # another run's, with --overwrite or --resume too
+    prechecks.train_folder(args.output, config, args.overwrite)  # another run's, with --overwrite or --resume too
     plan = plan_run(config, args.output, args.overwrite, args.resume)
     if not args.resume:  # a resumed run restores its own checkpoint
         check_init_from_folder(config, args.output)

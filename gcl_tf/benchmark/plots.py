@@ -18,13 +18,11 @@ Reads only ``DIR/runs/*/*/seed*/results.json`` and ``artifacts.npz`` (no trainin
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 from collections import defaultdict
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gcl_tf.benchmark import layout, published, roles, study_tables, tables
@@ -32,23 +30,7 @@ from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_k
 from gcl_tf.benchmark.styles import method_styles
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
-
-
-def new_figure(width: float, height: float) -> Figure:
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def figure_png(figure: Figure, dpi: int = 120) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
-    return buffer.getvalue()
-
-
-def save_figure(figure: Figure, path: str) -> str:
-    write_atomic(path, figure_png(figure))
-    return path
+from gcl_tf.run_plots import figure_png, new_figure, save_figure  # noqa: F401 (the figures' helpers, re-exported)
 
 
 # ----------------------------------------------------------------------------- accuracy vs tasks
@@ -344,13 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Redraw every table and figure of a suite from its saved results "
                                                  "(no training).")
     parser.add_argument("output", metavar="DIR",
-                        help="the suite's output folder (python -m gcl_tf.benchmark paper --output DIR)")
+                        help="the suite's output folder (python -m gcl_tf.benchmark paper --output DIR), or a run's "
+                             "folder (its plots.png)")
     return parser
 
 
 @exit_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if os.path.isfile(os.path.join(args.output, layout.RESULTS)):  # a run's folder: its own picture
+        from gcl_tf.run_plots import task_table, write_run_plots
+
+        print(f"{task_table(read_json(os.path.join(args.output, layout.RESULTS)))}\n-> {write_run_plots(args.output)}")
+        return 0
     redraw(args.output)
     return 0
 

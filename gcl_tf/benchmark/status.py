@@ -23,10 +23,10 @@ def _saved_config(folder: str):
         raise UserError(f"{path}: not a readable results file; remove it to recompute the run") from None
 
 
-def _same(folder: str, saved: dict, planned: dict) -> bool:
+def _same(folder: str, saved: dict, planned: dict, neutral=RESULT_NEUTRAL_KEYS) -> bool:
     from gcl_tf import config as config_lib
 
-    shown = config_lib.describe_differences(_plain(saved), _plain(planned), RESULT_NEUTRAL_KEYS)
+    shown = config_lib.describe_differences(_plain(saved), _plain(planned), neutral)
     if shown:
         raise UserError(f"{folder} holds a finished run with another config ({shown}); "
                         "choose another --output or remove that folder")
@@ -36,11 +36,14 @@ def _same(folder: str, saved: dict, planned: dict) -> bool:
 def finished(run, folder: str) -> bool:
     """True when ``folder`` holds this run's results; a different finished config is an error."""
     from gcl_tf import config as config_lib
+    from gcl_tf.data.fingerprint import KEY, moved_data
 
     saved = _saved_config(folder)
     if saved is None:
         return False
-    return _same(folder, config_lib.saved_as_today(saved), run.config.to_dict())  # a key added since: its default
+    recorded = read_json(os.path.join(folder, RESULTS)).get(KEY)  # its data by content: the path may differ
+    neutral = RESULT_NEUTRAL_KEYS + moved_data(saved, run.config, recorded)
+    return _same(folder, config_lib.saved_as_today(saved), run.config.to_dict(), neutral)  # a key added since: default
 
 
 def finished_as_stated(run, folder: str) -> bool:
@@ -63,7 +66,10 @@ def finished_as_stated(run, folder: str) -> bool:
     planned = run.config.to_dict()
     stated = {"name": run.config.method.name, **run.stated}
     planned["method"] = {key: _like(stated.get(key), method[key]) for key in keys}
-    return _same(folder, today, planned)
+    from gcl_tf.data.fingerprint import KEY, moved_data
+
+    recorded = read_json(os.path.join(folder, RESULTS)).get(KEY)
+    return _same(folder, today, planned, RESULT_NEUTRAL_KEYS + moved_data(saved, run.config, recorded))
 
 
 def _like(value, saved):

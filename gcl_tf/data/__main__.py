@@ -40,14 +40,43 @@ def folder_color_mode(path: str) -> str:
     return detect(path, "--path", "--color-mode grayscale or --color-mode rgb")
 
 
+NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def check_output(output: str, path, overwrite: bool) -> None:
+    """--output can take the file: not the source's --path, not inside it nor above it; a new
+    file, or with --overwrite a .npz of the data source (its four arrays: what to-npz writes), nothing else."""
+    import zipfile
+
+    from gcl_tf.overwrite import check_apart
+
+    if not str(output).strip():
+        raise UserError("--output: empty; allowed: the path of a .npz file to write")
+    check_apart(output, {"--path": path}, "--output")
+    if not os.path.lexists(output):
+        return
+    if os.path.isdir(output):
+        raise UserError(f"--output: {output} is a folder; allowed: the path of a .npz file (a new one, or with "
+                        "--overwrite one that to-npz wrote)")
+    if not overwrite:
+        raise UserError(f"--output: {output!r} exists; allowed: a new file, or --overwrite")
+    try:
+        with zipfile.ZipFile(output) as archive:
+            names = {os.path.splitext(n)[0] for n in archive.namelist()}
+    except (OSError, zipfile.BadZipFile):
+        names = set()
+    if not set(NPZ_KEYS) <= names:
+        raise UserError(f"--output: {output} is not a .npz of x_train, y_train, x_test, y_test; --overwrite "
+                        "replaces only such a file (what to-npz writes); allowed: a new file or such a one")
+
+
 def to_npz(source: str, path, output: str, dataset: str = "data", image_size=None, color_mode: str | None = None,
            overwrite: bool = False) -> dict:
     """Read both splits of a source and write them to ``output`` as a ``.npz``; returns the counts.
     ``color_mode`` None: the folder source's images' own (:func:`folder_color_mode`)."""
     from gcl_tf.data.sources import make_source
 
-    if os.path.exists(output) and not overwrite:
-        raise UserError(f"--output: {output!r} exists; allowed: a new file, or --overwrite")
+    check_output(output, path, overwrite)
     if source == "npz":
         raise UserError("--source: npz is already the target format; allowed: folder, idx, tfds, digits")
     if color_mode is None:

@@ -102,6 +102,16 @@ class Source:
             return native
         return int(self.load("train").labels.max()) + 1
 
+    def _label_rule(self, low: int, high: int, expected, split: str) -> str:
+        """What is wrong with labels ``low..high`` against ``expected`` classes, and what is allowed."""
+        if low < 0:
+            return f": {low} is negative; allowed: labels 0 and up"
+        if self.config.num_classes is not None:
+            return (f" 0..{expected - 1} that benchmark.num_classes {expected} sets; allowed: benchmark.num_classes "
+                    f"{high + 1} or more, or null (inferred from the labels)")
+        whose = "the source's" if self.native_num_classes() is not None else "the training labels'"
+        return f" 0..{expected - 1} ({whose} {expected} classes); allowed: {split} labels 0..{expected - 1}"
+
     def _check(self, data: SplitData, split: str) -> None:
         where = f"{self.describe()} ({split})"
         if len(data) == 0:
@@ -111,8 +121,8 @@ class Source:
             expected = int(self.load("train").labels.max()) + 1
         low, high = int(data.labels.min()), int(data.labels.max())
         if low < 0 or (expected is not None and high >= expected):
-            allowed = f"0..{expected - 1}" if expected is not None else "non-negative"
-            raise DataError(f"{where}: labels outside the class range ({low}..{high}); allowed: {allowed}")
+            raise DataError(f"{where}: labels {low}..{high} fall outside the class range" + self._label_rule(
+                low, high, expected, split))
         size = self.config.image_size
         if size is not None and self.name != "folder":
             h, w = data.images.shape[1:3]

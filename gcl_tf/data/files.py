@@ -107,9 +107,14 @@ class NpzSource(Source):
         if not os.path.isfile(path):
             raise DataError(f"benchmark.path: file {path!r} does not exist")
         x_key, y_key = f"x_{split}", f"y_{split}"
+        with open(path, "rb") as handle:
+            zipped = handle.read(2) == b"PK"  # a zip's (a .npz's) first bytes
+        if not zipped:  # numpy would take it for a pickle, and advise allow_pickle
+            raise DataError(f"{path}: not a readable .npz file (not a zip archive); allowed: a .npz written by "
+                            "numpy.savez or python -m gcl_tf.data to-npz, with x_train, y_train, x_test, y_test")
         try:
             archive = np.load(path, allow_pickle=False)
-        except Exception as error:  # zipfile.BadZipFile (not a zip), ValueError, ...
+        except Exception as error:  # zipfile.BadZipFile (a damaged zip), ValueError, ...
             raise DataError(f"{path}: not a readable .npz file ({describe_error(error)})") from None
         with archive:
             keys = set(archive.files)

@@ -12,6 +12,7 @@ import numpy as np
 
 from gcl_tf import salts
 from gcl_tf.data.counts import task_steps_per_epoch, validation_count  # noqa: F401 (re-exported)
+from gcl_tf.data.known import check_augment, check_sizes
 from gcl_tf.data.rng import task_rng
 from gcl_tf.data.sources import SplitData, make_source
 from gcl_tf.errors import ConfigError
@@ -138,6 +139,9 @@ class ContinualBenchmark:
         test = self.source.load("test") if load_test else None
         self.num_classes = self.source.num_classes
         self.input_shape = tuple(int(d) for d in train.images.shape[1:])
+        test_count = len(test) if test is not None else 0
+        check_augment(config, self.input_shape)
+        check_sizes(config, self.input_shape, len(train), test_count, self.num_classes)  # before the tasks
         self.tasks = self._build(train, test)
 
     # ----------------------------------------------------------------------------------------

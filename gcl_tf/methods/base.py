@@ -64,14 +64,19 @@ def make_optimizer(train_config) -> keras.optimizers.Optimizer:
 
 
 def infer_input_shape(input_shape, backbone, method: str) -> tuple:
-    """An image's shape: ``input_shape``, else the input the backbone declares."""
-    if input_shape is None and backbone is not None:
+    """An image's shape: ``input_shape``, else the input the backbone declares (the two must agree)."""
+    declared = None
+    if backbone is not None:
         try:
-            input_shape = tuple(backbone.input_shape)[1:]
+            declared = tuple(backbone.input_shape)[1:]
         except (AttributeError, ValueError, TypeError):
-            input_shape = None
-        if input_shape is not None and any(d is None for d in input_shape):
-            input_shape = None
+            declared = None
+        if declared is not None and any(d is None for d in declared):
+            declared = None
+    if input_shape is not None and declared is not None and tuple(int(d) for d in input_shape) != declared:
+        raise ConfigError(f"input_shape: {tuple(input_shape)} differs from the input {declared} that {method}'s "
+                          f"backbone declares; allowed: {declared}, or leave input_shape out")
+    input_shape = declared if input_shape is None else input_shape
     if input_shape is None:
         raise ConfigError(f"input_shape: {method} needs the shape of an image (its backbone declares none); "
                           "allowed: a tuple such as input_shape=(28, 28, 1)")
@@ -299,6 +304,12 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         replica gets ``global_batch / R`` samples): fixed shapes keep the step from retracing."""
         from gcl_tf.distribute import num_replicas
 
+        found = tuple(tensors[0].shape[1:]) if tensors[0].shape.rank else ()
+        if len(found) != len(self.image_shape) or any(f not in (None, d) for f, d in zip(found, self.image_shape)):
+            shown = "x".join("?" if d is None else str(d) for d in found) or "scalars"
+            raise ConfigError(f"input_shape: the stream's images are {shown} but {self.name} takes "
+                              f"{'x'.join(map(str, self.image_shape))} (its input_shape or its backbone's input); "
+                              "allowed: a model built for the stream's images (stream.input_shape)")
         if tensors[0].shape[0] is not None or global_batch is None or not tf.distribute.has_strategy():
             return tensors
         local = global_batch // num_replicas()

@@ -25,6 +25,12 @@ class Config(MemoryMethodConfig):
     # Samples replayed from memory per step (null: the training batch size).
     replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
+    def check_settings(self, section: str = "method"):
+        if self.replay_batch_size is not None and self.replay_batch_size > self.memory_size:
+            raise ConfigError(f"{section}.replay_batch_size: {self.replay_batch_size} is more than the "
+                              f"{section}.memory_size {self.memory_size} samples a memory holds; allowed: at most "
+                              f"{self.memory_size}, or null (the training batch size)")
+
 
 class ER(ContinualModel):
     """Experience replay. ``memory_size``: samples in the reservoir memory; ``replay_batch_size``:

@@ -30,7 +30,7 @@ import os
 import sys
 import typing
 
-from gcl_tf.schema import MethodConfig, build_dataclass
+from gcl_tf.schema import MethodConfig, build_dataclass, did_you_mean
 
 _PACKAGE = "gcl_tf"
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds gcl_tf/
@@ -63,7 +63,9 @@ def settings(cls, keys: dict):
     names = [f.name for f in key_fields(config)]
     for key in keys:
         if key not in names:
-            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {key!r}")
+            hint = did_you_mean(key, names + list(inspect.signature(cls.__init__).parameters))
+            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {key!r}"
+                            + (f"; {hint.strip()}" if hint else ""))
     if config is None:
         return None
     built = build_dataclass(config, keys, cls.__name__)

@@ -74,7 +74,12 @@ def _check_output(search: Search, overwrite: bool, who: str) -> None:
         raise UserError(f"{folder} exists and holds no search ({SEARCH_FILE} is missing); choose another --output")
     if not overwrite:
         check_same_search(search)
+    else:  # only a search's own files (the command line said so before TensorFlow loaded)
+        from gcl_tf.overwrite import check_replaceable
+        from gcl_tf.prechecks import SEARCH
+        from gcl_tf.run_layout import SEARCH_NAMES
 
+        check_replaceable(folder, "--output", SEARCH, SEARCH_NAMES, (SEARCH_FILE,))
 
 
 def make_oracle(search: Search, seed: int):
@@ -272,14 +277,14 @@ def precheck(args) -> None:
     folder (a worker's is its chief's, held by it)."""
     from gcl_tf import methods
     from gcl_tf.methods import keys
-    from gcl_tf.prechecks import output_folder
+    from gcl_tf.prechecks import given_output, search_folder
 
     config = config_lib.precheck(args.config, args.overrides)
     declared = keys.read_config(methods.REGISTRY[config.method.name][0])
     method_keys = None if declared is None else [f.name for f in keys.key_fields(declared)]
     precheck_space(config, args.tuner or config.tune.tuner, method_keys)
     if os.environ.get("KERASTUNER_TUNER_ID", "chief") == "chief":
-        output_folder(args.output or default_output(config))
+        search_folder(given_output(args.output) or default_output(config), config, args.overwrite)
 
 
 @exit_on_user_error
