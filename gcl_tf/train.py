@@ -81,7 +81,7 @@ def check_resumable(output_dir: str, config) -> list[str]:
         raise NotResumable(f"{saved_path} is missing, so the run's config cannot be checked",
                            "start a new run in another --output")
     try:
-        saved = config_lib.load_saved_config(saved_path, method_keys=False).to_dict()
+        saved = config_lib.load_saved_config(saved_path).to_dict()
     except UserError as error:
         raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
                            "start a new run in another --output") from None
@@ -386,10 +386,9 @@ def main(argv=None) -> int:
     prechecks.run_settings(config)
     benchmark = prechecks.early_benchmark(config)  # read once: the run trains on it
     import_tensorflow()  # quietly, before the method's module imports it
-    config = config_lib.load_config(args.config, overrides)  # the method's own Config, imported
     try:
         with op_determinism_restored():
-            execute(plan._replace(config=dataclasses.replace(config, output_dir=plan.output_dir)), benchmark)
+            execute(plan, benchmark)
     except Stopped as stop:
         raise stop.with_hint(f"resume with: {resume_command(argv)}") from None
     return 0

@@ -114,7 +114,7 @@ def test_context_graph_artifact_is_the_models_expected_graph(make_config, tmp_pa
     import tensorflow as tf
 
     from gcl_tf import train
-    from gcl_tf.methods import gcl as gcl_lib
+    from gcl_tf.methods.gcl import graph as gcl_lib
 
     config = make_config({"method": {"name": "gcl", "memory_size": 50, "test_graph_samples": 2},
                           "benchmark": {"num_tasks": 1, "samples_per_task": 30, "test_samples_per_task": 20}})

@@ -11,8 +11,10 @@ import tensorflow_probability as tfp
 
 from gcl_tf import config as config_lib
 from gcl_tf import methods, salts
-from gcl_tf.methods import gcl
+from gcl_tf.memory import step_seed
+from gcl_tf.methods.base import cross_entropy
 from gcl_tf.methods.gcl import graph as gcl_graph
+from gcl_tf.methods.gcl.config import Config as GCLConfig
 
 tfd = tfp.distributions
 
@@ -58,8 +60,8 @@ def test_kernel_and_logit_of_exp_match_float64_numpy():
     log_k = -0.5 * d2 / np.exp(log_scale)
     k = np.exp(log_k)
     expected_logits = np.log(k) - np.log1p(-k)
-    got_log_k = gcl.rbf_log_kernel(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
-    got_logits = gcl.edge_logits(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
+    got_log_k = gcl_graph.rbf_log_kernel(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
+    got_logits = gcl_graph.edge_logits(tf.constant(a, tf.float32), tf.constant(b, tf.float32), tf.constant(log_scale))
     np.testing.assert_allclose(got_log_k.numpy(), log_k, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_logits.numpy(), expected_logits, rtol=1e-4, atol=1e-4)
 
@@ -79,7 +81,7 @@ def test_normalize_embeddings_puts_rows_on_the_unit_sphere_by_hand():
     # d(u/|u|)/du = (I - n n^T) / |u|: for (3, 4) and weights (1, 2): ((1, 2) - 2.2 (0.6, 0.8)) / 5
     np.testing.assert_allclose(grad[0], [(1 - 2.2 * 0.6) / 5, (2 - 2.2 * 0.8) / 5], rtol=1e-5)
     np.testing.assert_allclose(grad[2], [0.0, 0.6], rtol=1e-5, atol=1e-7)  # (5, 6) minus its radial part, / 10
-    log_k = gcl.rbf_log_kernel(unit[:1], unit[2:], tf.constant(math.log(0.5))).numpy()
+    log_k = gcl_graph.rbf_log_kernel(unit[:1], unit[2:], tf.constant(math.log(0.5))).numpy()
     np.testing.assert_allclose(log_k, [[-0.4 / 0.5]], rtol=1e-5)
     # scaling a row leaves it unchanged: the kernel does not see the trunk's scale
     np.testing.assert_allclose(gcl_graph.normalize_embeddings(1000.0 * u).numpy(), unit.numpy(), rtol=1e-6)
@@ -87,9 +89,9 @@ def test_normalize_embeddings_puts_rows_on_the_unit_sphere_by_hand():
 
 def test_logit_of_exp_is_stable_at_both_ends():
     x = np.array([-1e-9, -1e-6, -1e-3, -0.5, -5.0, -80.0, -1e4], np.float64)
-    got = gcl.logit_of_exp(tf.constant(x, tf.float32)).numpy()
+    got = gcl_graph.logit_of_exp(tf.constant(x, tf.float32)).numpy()
     assert np.all(np.isfinite(got))
-    clipped = np.minimum(x, gcl.LOG_KERNEL_MAX)
+    clipped = np.minimum(x, gcl_graph.LOG_KERNEL_MAX)
     expected = clipped - np.log(-np.expm1(clipped))
     np.testing.assert_allclose(got, expected, rtol=1e-4)
     # near 0 the naive formula log(k) - log(1 - k) in float32 is infinite; ours is not
@@ -101,7 +103,7 @@ def test_relaxed_bernoulli_matches_tfp_and_has_finite_gradients():
     seed = tf.constant([4, 2], tf.int32)
     for temperature in (0.1, 1.0, 5.0):
         with tf.GradientTape() as tape:
-            ours = gcl.sample_graph(logits, temperature, seed)
+            ours = gcl_graph.sample_graph(logits, temperature, seed)
             total = tf.reduce_sum(ours * tf.range(1.0, 6.0))
         grad = tape.gradient(total, logits)
         reference = tfd.RelaxedBernoulli(temperature, logits=logits).sample(seed=seed)
@@ -118,21 +120,21 @@ def test_relaxed_bernoulli_samples_sharpen_as_temperature_falls():
     seed = tf.constant([1, 1], tf.int32)
     sharpness = []
     for temperature in (10.0, 5.0, 1.0, 0.3, 0.1, 0.01):
-        sample = gcl.sample_graph(logits, temperature, seed).numpy()
+        sample = gcl_graph.sample_graph(logits, temperature, seed).numpy()
         sharpness.append(np.mean(np.abs(sample - 0.5)))
         if temperature == 0.01:  # nearly Bernoulli(sigmoid(0.8))
             assert np.mean(sample > 0.5) == pytest.approx(1 / (1 + math.exp(-0.8)), abs=0.02)
     assert all(a < b for a, b in zip(sharpness, sharpness[1:])), sharpness
     # the mean of a relaxed sample is not the Bernoulli mean at high temperature, but the
     # deterministic ablation returns exactly sigmoid(logits)
-    np.testing.assert_allclose(gcl.sample_graph(logits, 5.0, seed, stochastic=False).numpy(),
+    np.testing.assert_allclose(gcl_graph.sample_graph(logits, 5.0, seed, stochastic=False).numpy(),
                                tf.sigmoid(logits).numpy())
 
 
 def test_normalize_rows_sums_to_one_and_respects_mask():
     graph = tf.constant(np.random.default_rng(0).random((5, 4)), tf.float32)
     mask = tf.constant(np.array([[0, 1, 1, 0]] * 4 + [[0, 0, 0, 0]], bool))
-    out = gcl.normalize_rows(graph, mask).numpy()
+    out = gcl_graph.normalize_rows(graph, mask).numpy()
     np.testing.assert_allclose(out[:4].sum(1), 1.0, rtol=1e-6)
     assert np.all(out[:, [0, 3]] == 0)
     assert np.all(out[4] == 0)  # an all-masked row stays 0 (no NaN)
@@ -159,28 +161,28 @@ def test_graph_regularizer_zero_when_equal_positive_when_perturbed_and_masked():
     rng = np.random.default_rng(0)
     stored = tf.constant(rng.normal(size=(6, 6)) * 3, tf.float32)
     regularized = tf.constant([True, True, False, True, False, False])
-    assert float(gcl.graph_regularizer(stored, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
+    assert float(gcl_graph.graph_regularizer(stored, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
     # perturbing a pair with both ends regularised raises the loss
     bump = np.zeros((6, 6), np.float32)
     bump[0, 3] = 2.0
-    assert float(gcl.graph_regularizer(stored + bump, stored, regularized)) > 1e-3
+    assert float(gcl_graph.graph_regularizer(stored + bump, stored, regularized)) > 1e-3
     # perturbing pairs with an unregularised end changes nothing
     other = np.zeros((6, 6), np.float32)
     other[2, :] = 5.0
     other[:, 4] = -5.0
-    assert float(gcl.graph_regularizer(stored + other, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
+    assert float(gcl_graph.graph_regularizer(stored + other, stored, regularized)) == pytest.approx(0.0, abs=1e-6)
     # a held context's pair with itself is held too (the whole block, as the authors); not without self-pairs
     diagonal = np.zeros((6, 6), np.float32)
     diagonal[0, 0] = 9.0
-    assert float(gcl.graph_regularizer(stored + diagonal, stored, regularized)) > 1e-3
-    assert float(gcl.graph_regularizer(stored + diagonal, stored, regularized, self_pairs=False)) == \
+    assert float(gcl_graph.graph_regularizer(stored + diagonal, stored, regularized)) > 1e-3
+    assert float(gcl_graph.graph_regularizer(stored + diagonal, stored, regularized, self_pairs=False)) == \
         pytest.approx(0.0, abs=1e-6)
     # one regularised context: only its self-pair, so 0 without self-pairs
     one = tf.constant([True, False, False, False, False, False])
-    assert float(gcl.graph_regularizer(stored + bump, stored, one, self_pairs=False)) == 0.0
-    assert float(gcl.graph_regularizer(stored + bump, stored, one)) == pytest.approx(0.0, abs=1e-6)
+    assert float(gcl_graph.graph_regularizer(stored + bump, stored, one, self_pairs=False)) == 0.0
+    assert float(gcl_graph.graph_regularizer(stored + bump, stored, one)) == pytest.approx(0.0, abs=1e-6)
     # none regularised: 0
-    assert float(gcl.graph_regularizer(stored + diagonal, stored, tf.zeros([6], tf.bool))) == 0.0
+    assert float(gcl_graph.graph_regularizer(stored + diagonal, stored, tf.zeros([6], tf.bool))) == 0.0
 
 
 @pytest.mark.parametrize("self_pairs", [True, False])
@@ -195,11 +197,11 @@ def test_graph_regularizer_is_the_mean_kl_over_regularized_pairs(self_pairs):
     pairs = np.outer(regularized, regularized) & (True if self_pairs else ~np.eye(4, dtype=bool))
     assert pairs.sum() == (9 if self_pairs else 6)
     expected = kl[pairs].mean()
-    got = gcl.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
+    got = gcl_graph.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
                                 tf.constant(regularized), self_pairs=self_pairs)
     assert float(got) == pytest.approx(expected, rel=1e-4)
     if self_pairs:
-        assert float(gcl.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
+        assert float(gcl_graph.graph_regularizer(tf.constant(current, tf.float32), tf.constant(stored, tf.float32),
                                            tf.constant(regularized))) == pytest.approx(expected, rel=1e-4)
 
 
@@ -208,7 +210,7 @@ def test_the_step_regularises_the_whole_held_block_by_default():
     held block with the self-pairs, which add about 0 (a self-edge's logit is logit(1), clipped,
     both stored and current), so with m contexts held it is (m - 1) / m times the mean over i != k;
     ``regularize_self_pairs: false`` gives the latter."""
-    assert gcl.Config().regularize_self_pairs is True and make_model().regularize_self_pairs is True
+    assert GCLConfig().regularize_self_pairs is True and make_model().regularize_self_pairs is True
     assert make_model(regularize_self_pairs=False).regularize_self_pairs is False
     model = make_model(graph_lambda=50.0)
     for x, y in batches(6, seed=41):
@@ -236,7 +238,7 @@ def test_edge_memory_update_rules_on_a_hand_built_case():
     all_logits = tf.constant(all_logits)  # entry (a, b) = 7a + b
     regularized = tf.constant([True, True, False, True])
     slots = tf.constant([3, -1, 1], tf.int32)  # target 0 -> slot 3, target 1 not kept, target 2 -> slot 1
-    new = gcl.update_edge_memory(stored, all_logits[:, :M], all_logits[:, M:], regularized, slots).numpy()
+    new = gcl_graph.update_edge_memory(stored, all_logits[:, :M], all_logits[:, M:], regularized, slots).numpy()
     cur = all_logits.numpy()
     # slots 0 and 2 survive; slot 1 holds target 2 (index 6), slot 3 holds target 0 (index 4)
     src = {0: 0, 1: 6, 2: 2, 3: 4}
@@ -253,7 +255,7 @@ def test_edge_memory_update_rules_on_a_hand_built_case():
 
 
 def test_replaced_source_index():
-    source, replaced = gcl.replaced_source_index(tf.constant([2, -1, 0], tf.int32), 4)
+    source, replaced = gcl_graph.replaced_source_index(tf.constant([2, -1, 0], tf.int32), 4)
     assert source.numpy().tolist() == [4 + 2, 1, 4 + 0, 3]
     assert replaced.numpy().tolist() == [True, False, True, False]
 
@@ -295,7 +297,7 @@ def test_first_batch_only_fills_memory():
         np.testing.assert_array_equal(before, w.numpy())
     # the stored edges between the first samples are their target-target logits
     u, _ = model.embed(x, training=False)
-    expected = gcl.edge_logits(u, u, model.kernel_log_scale).numpy()
+    expected = gcl_graph.edge_logits(u, u, model.kernel_log_scale).numpy()
     stored = model.memory.edge_logits.numpy()[:10, :10]
     off = ~np.eye(10, dtype=bool)
     np.testing.assert_allclose(stored[off], expected[off], rtol=1e-3, atol=1e-3)
@@ -452,7 +454,8 @@ def test_aggregate_equals_normalised_graph_times_paper_values():
     graph = rng.random((2, 7, M)).astype(np.float32)
     graph[0, 3, :25] = 0.0  # a row with no valid edge
     mask = np.broadcast_to(valid, graph.shape)
-    expected = tf.reshape(tf.matmul(gcl.normalize_rows(tf.constant(graph), mask), paper_values), [-1, 2 * H]).numpy()
+    normalized = gcl_graph.normalize_rows(tf.constant(graph), mask)
+    expected = tf.reshape(tf.matmul(normalized, paper_values), [-1, 2 * H]).numpy()
     got = model.aggregate(tf.constant(graph), values).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.all(got[3] == 0)
@@ -460,7 +463,7 @@ def test_aggregate_equals_normalised_graph_times_paper_values():
     graph = np.full((4, M), 1e-9, np.float32)
     graph[np.arange(4), np.arange(4)] = 1.0
     mask = np.broadcast_to(valid, graph.shape)
-    expected = tf.matmul(gcl.normalize_rows(tf.constant(graph), mask), paper_values).numpy()
+    expected = tf.matmul(gcl_graph.normalize_rows(tf.constant(graph), mask), paper_values).numpy()
     np.testing.assert_allclose(model.aggregate(tf.constant(graph), values).numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -481,19 +484,19 @@ def test_logit_of_exp_gradient_matches_finite_differences():
     x = tf.constant(np.linspace(-20.0, -0.1, 50), tf.float64)
 
     def f(v):
-        return gcl.logit_of_exp(v)
+        return gcl_graph.logit_of_exp(v)
 
     theoretical, numerical = tf.test.compute_gradient(f, [x])
     np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-4, atol=1e-6)
     near = tf.constant([-1e-4, -0.01], tf.float64)
     with tf.GradientTape() as tape:
         tape.watch(near)
-        y = gcl.logit_of_exp(near)
+        y = gcl_graph.logit_of_exp(near)
     np.testing.assert_allclose(tape.gradient(y, near).numpy(), 1.0 / (1.0 - np.exp([-1e-4, -0.01])), rtol=1e-9)
     with tf.GradientTape() as tape:
         clipped = tf.constant([0.0, 1e-9, 0.5], tf.float64)
         tape.watch(clipped)
-        y = gcl.logit_of_exp(clipped)
+        y = gcl_graph.logit_of_exp(clipped)
     assert np.all(tape.gradient(y, clipped).numpy() == 0)  # clipped: no gradient
 
 
@@ -513,13 +516,13 @@ def test_fixed_shape_step_equals_the_dynamic_shape_formulation():
     best, stored = model.memory.best_loss[:C], model.memory.edge_logits[:C, :C]
     with tf.GradientTape() as tape:
         u, latents = model.embed(tf.concat([context_x, x], 0), training=True)
-        e = gcl.edge_logits(u, u[:C], model.kernel_log_scale)  # [C + T, C]
+        e = gcl_graph.edge_logits(u, u[:C], model.kernel_log_scale)  # [C + T, C]
         g = tf.sigmoid(e) * (1.0 - tf.eye(C + 10, C))
         g = g / tf.reduce_sum(g, axis=1, keepdims=True)
         values = tf.concat([latents[:C], model.label_encoder(tf.one_hot(context_y, 10))], axis=1)
         logits = model.output_head(tf.nn.relu(g @ values))
-        ce_c = gcl.cross_entropy(context_y, logits[:C])
-        ce_t = gcl.cross_entropy(y, logits[C:])
+        ce_c = cross_entropy(context_y, logits[:C])
+        ce_t = cross_entropy(y, logits[C:])
         m = (best < ce_c).numpy()
         pairs = np.outer(m, m)  # the held block, self-pairs included (the default)
         p, q_logits = tf.sigmoid(stored), tf.boolean_mask(e[:C], pairs)
@@ -603,9 +606,9 @@ def test_embedding_edge_memory_stores_embeddings_with_the_matrix_rules():
     # stored logits come from the stored embeddings; 0 regulariser when they equal the current ones
     stored = model.stored_edge_logits(slots).numpy()
     s = after[:4]
-    expected = gcl.edge_logits(tf.constant(s), tf.constant(s), model.kernel_log_scale).numpy()
+    expected = gcl_graph.edge_logits(tf.constant(s), tf.constant(s), model.kernel_log_scale).numpy()
     np.testing.assert_allclose(stored, expected, rtol=1e-5)
-    assert float(gcl.graph_regularizer(tf.constant(expected), tf.constant(stored), tf.ones([4], tf.bool))) == \
+    assert float(gcl_graph.graph_regularizer(tf.constant(expected), tf.constant(stored), tf.ones([4], tf.bool))) == \
         pytest.approx(0.0, abs=1e-6)
 
 
@@ -673,7 +676,7 @@ def test_test_noise_is_drawn_once_per_evaluation_and_predictions_are_unchanged(t
     for round_ in range(2):  # after the first task and again after more training
         for x, y in batches(4, seed=round_):
             model.train_step((x, y))
-        seed = gcl.step_seed(model.seed, model.step_counter, salts.TEST_GRAPH).numpy()
+        seed = step_seed(model.seed, model.step_counter, salts.TEST_GRAPH).numpy()
         got = [predict(x).numpy() for x in tests]
         np.testing.assert_array_equal(model._test_noise.seed.numpy(), seed)  # redrawn for this step
         for a, b in zip(got, uncached()):
@@ -727,10 +730,10 @@ def test_prediction_is_the_mean_of_the_per_sample_distributions():
     u_c, l_c = model.embed(model.memory.images, training=False)
     u_t, _ = model.embed(x, training=False)
     values = model.context_values(l_c, model.memory.labels, model.memory.filled())
-    logits_e = gcl.edge_logits(u_t, u_c, model.kernel_log_scale)
-    noise = gcl.logistic_noise(tf.concat([[4], tf.shape(logits_e)], 0), seed)
+    logits_e = gcl_graph.edge_logits(u_t, u_c, model.kernel_log_scale)
+    noise = gcl_graph.logistic_noise(tf.concat([[4], tf.shape(logits_e)], 0), seed)
     temperature = model.test_temperature
-    probs = [tf.nn.softmax(model.classify(gcl.relaxed_bernoulli(logits_e, temperature, noise[s]), values)).numpy()
+    probs = [tf.nn.softmax(model.classify(gcl_graph.relaxed_bernoulli(logits_e, temperature, noise[s]), values)).numpy()
              for s in range(4)]
     np.testing.assert_allclose(got, np.mean(probs, axis=0), rtol=1e-4, atol=1e-6)
     assert not np.allclose(probs[0], probs[1], atol=1e-3)  # the samples differ
@@ -741,9 +744,9 @@ def test_regularized_contexts_paper_rule_and_learned_threshold():
     valid = tf.constant([True, True, True, True, False])
     best = tf.constant([0.2, 0.2, 1.5, 1.5, 0.1])
     current = tf.constant([0.1, 0.9, 1.0, 2.0, 3.0])
-    paper = gcl.regularized_contexts(valid, best, current).numpy()
+    paper = gcl_graph.regularized_contexts(valid, best, current).numpy()
     np.testing.assert_array_equal(paper, [False, True, False, True, False])  # worse than the best, valid
-    learned = gcl.regularized_contexts(valid, best, current, regularize_below=0.5).numpy()
+    learned = gcl_graph.regularized_contexts(valid, best, current, regularize_below=0.5).numpy()
     np.testing.assert_array_equal(learned, [False, True, False, False, False])  # and best below 0.5
 
 
@@ -774,7 +777,7 @@ def test_kernel_width_sets_the_initial_kernel_scale():
     assert float(default.kernel_log_scale) == pytest.approx(0.0)
     assert float(narrow.kernel_log_scale) == pytest.approx(math.log(0.5))
     u = tf.constant([[0.0, 0.0], [1.0, 1.0]])
-    log_k = gcl.rbf_log_kernel(u, u, narrow.kernel_log_scale).numpy()
+    log_k = gcl_graph.rbf_log_kernel(u, u, narrow.kernel_log_scale).numpy()
     assert log_k[0, 1] == pytest.approx(-0.5 * 2.0 / 0.5, rel=1e-5)
 
 
@@ -783,7 +786,7 @@ def test_our_extensions_are_the_defaults_and_null_is_the_paper():
     width sqrt(H), and every context whose loss rose above its best is held by the regulariser
     (best losses above 1, which the default threshold would leave out); the defaults differ in both
     (the width: set from the contexts' median distance at the first step with contexts)."""
-    defaults = gcl.Config()
+    defaults = GCLConfig()
     assert (defaults.regularize_below, defaults.kernel_width, defaults.kernel_start_edge) == (1.0, "median", 0.1)
     held = {}
     for name, method in (("paper", {"regularize_below": None, "kernel_width": None}), ("ours", {})):
@@ -919,7 +922,7 @@ def test_the_normalized_kernel_compares_unit_embeddings_whatever_their_scale(edg
     import gcl_tf
 
     model, stream = _small_gcl(kernel="normalized", edge_memory=edge_memory)
-    assert gcl.Config().kernel == "rbf"  # the paper's kernel stays the default
+    assert GCLConfig().kernel == "rbf"  # the paper's kernel stays the default
     model.fit(stream, verbose=0)
     x = next(iter(stream))[0]
     u, _ = model.embed(x, training=False)
@@ -1122,7 +1125,7 @@ def test_own_latent_adds_the_images_own_term_to_every_graphs_logits(tmp_path):
     head's weights at 0 the predictions are the paper's head's."""
     import gcl_tf
 
-    assert gcl.Config().own_latent is True  # our default since issue 33 (the paper's head: false)
+    assert GCLConfig().own_latent is True  # our default since issue 33 (the paper's head: false)
     paper, stream = _small_gcl(stochastic_graphs=False, own_latent=False)
     assert paper.own_head is None
     model, _ = _small_gcl(stochastic_graphs=False, own_latent=True)
@@ -1277,7 +1280,7 @@ def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
     state, and a batch holding every class gives both the same loss."""
     import gcl_tf
 
-    assert gcl.Config().target_loss == "present" == gcl_tf.GCL(num_classes=3, input_shape=(4,)).target_loss
+    assert GCLConfig().target_loss == "present" == gcl_tf.GCL(num_classes=3, input_shape=(4,)).target_loss
     from gcl_tf.errors import ConfigError
 
     with pytest.raises(ConfigError, match="GCL.target_loss: 'some' is not allowed; allowed: all, present"):
@@ -1314,7 +1317,7 @@ def test_a_config_or_learner_saved_before_the_defaults_changed_reads_back_as_it_
     import gcl_tf
     from gcl_tf import config as config_lib
 
-    assert gcl.Config.former_defaults == {"own_latent": False, "target_loss": "all"}
+    assert GCLConfig.former_defaults == {"own_latent": False, "target_loss": "all"}
     user = config_lib.resolve({"method": {"name": "gcl"}})
     assert user.method.own_latent is True and user.method.target_loss == "present"
     saved = user.to_dict()

@@ -292,7 +292,7 @@ def test_every_registered_method_has_its_module_and_small_valid_test_settings():
     from gcl_tf import methods
     from gcl_tf.schema import build_dataclass
 
-    for name, (module, _) in methods.REGISTRY.items():
+    for name, (module, _, _) in methods.REGISTRY.items():
         assert importlib.util.find_spec(module) is not None, name
         settings = methods.method_class(name).test_settings
         built = build_dataclass(methods.config_class(name), settings, f"{name}.test_settings")

@@ -5,9 +5,6 @@ memory, then reservoir-inserts the incoming batch. Task-free.
 The worked example of docs/api.md, "Adding a method"."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
-
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
@@ -15,21 +12,17 @@ from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, replay_batch
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.methods.configs import ERConfig
 from gcl_tf.methods.replay import global_count, logged, replica_share
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "er"
-    # Samples replayed from memory per step (null: the training batch size).
-    replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
 
 class ER(ContinualModel):
     """Experience replay. ``memory_size``: samples in the reservoir memory; ``replay_batch_size``:
     memory samples replayed per step (None: the training batch size). See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
+    Config = ERConfig
+    settings: ERConfig
 
     style = ("#8c564b", "P")
     supports_distribution = True

@@ -20,9 +20,6 @@ class Hooks:
     #: True for methods whose step runs under a tf.distribute strategy (train.distribute): its
     #: step must compute on R replicas what it computes on one (docs/api.md, "Adding a method").
     supports_distribution = False
-    #: False for methods whose gradients do not go through :meth:`apply_gradients` (they apply
-    #: their own or move the weights themselves): no loss scaling, refused under mixed_float16.
-    supports_loss_scaling = True
     #: The tuner's default space (``python -m gcl_tf.tune`` without ``tune.space``): dotted config
     #: keys and their values, on top of the optimizer and learning-rate grid (gcl_tf/tune/space.py);
     #: a key here replaces the common one.

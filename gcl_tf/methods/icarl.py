@@ -24,9 +24,6 @@ CIFAR100, multi-head) that is a class, as in the original; on streams whose task
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -41,15 +38,8 @@ from gcl_tf.memory import (
 )
 from gcl_tf.methods.base import NEG_INF, ContinualModel
 from gcl_tf.methods.common import collect_dataset
+from gcl_tf.methods.configs import ICaRLConfig
 from gcl_tf.precision import float32
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "icarl"  # memory_size: exemplars, split evenly across the exemplar sets seen so far
-    # Exemplars replayed with each incoming batch (null: the training batch size).
-    replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
 
 def check_exemplar_sets(memory_size: int, sets: int, key: str = "method.memory_size") -> None:
@@ -139,6 +129,9 @@ class ICaRL(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords; the previous network
     is a clone of ``backbone``."""
 
+    Config = ICaRLConfig
+    settings: ICaRLConfig
+
     label = "iCaRL"
     style = ("#ff7f0e", "^")
     task_free = False
@@ -146,6 +139,7 @@ class ICaRL(ContinualModel):
 
     def __init__(self, backbone=None, *, num_classes, num_tasks=None, classes_per_task=None, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
+        self.num_tasks, self.classes_per_task = num_tasks, classes_per_task
         memory_size = self.settings.memory_size
         if num_tasks is not None:
             check_exemplar_sets(memory_size, num_tasks * (classes_per_task or self.num_classes))
@@ -161,6 +155,9 @@ class ICaRL(ContinualModel):
         self.exemplars = ExemplarMemory(self.memory_size, self.image_shape, self.num_classes, feature_dim)
         self._features_fn = tf.function(self._features, reduce_retracing=True)
         self._herding_fn = tf.function(herding, reduce_retracing=True)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tasks": self.num_tasks, "classes_per_task": self.classes_per_task}
 
     def call(self, x, training=False):
         return self.network(x, training=training)

@@ -25,8 +25,6 @@ MNIST variants only).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import keras
 import tensorflow as tf
 
@@ -34,28 +32,7 @@ from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "mer"  # memory_size: the reservoir memory (the original's --memories)
-    # Memory samples added to the incoming example in each batch (the original's --replay_batch_size).
-    replay_batch_size: int = field(default=10, metadata=value_range(1))
-    # Batches per incoming example, s (the original's --batches_per_example).
-    batches_per_example: int = field(default=10, metadata=value_range(1))
-    # Within-batch meta-learning rate (the GCL paper's best: 0.01).
-    beta: float = field(default=0.01, metadata=value_range(0.0, lo_open=True))
-    # Across-batch meta-learning rate (1.0 in all the original's MER Algorithm 1 runs).
-    gamma: float = field(default=1.0, metadata=value_range(0.0, lo_open=True))
-
-    def check(self, config):
-        if config.train.optimizer != "sgd":
-            raise ConfigError(
-                f"train.optimizer: mer uses plain SGD steps (MER Algorithm 1), got {config.train.optimizer!r}; "
-                "allowed: sgd"
-            )
-
+from gcl_tf.methods.configs import MERConfig
 
 # ----------------------------------------------------------------------------- pure math
 
@@ -75,9 +52,11 @@ class MER(ContinualModel):
     is the size of the single-sample steps. See :class:`~gcl_tf.methods.base.ContinualModel` for
     the common keywords."""
 
+    Config = MERConfig
+    settings: MERConfig
+
     style = ("#e377c2", "X")
     task_free = True
-    supports_loss_scaling = False  # it moves the weights itself
     test_settings = {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1}
     tune_grid = {"train.optimizer": ["sgd"],  # plain SGD steps only
                  "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}  # the within-batch meta-learning rate

@@ -10,9 +10,6 @@ every method, and changes nothing. The step, each deviation and why: docs/onpro.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
-
 import keras
 import tensorflow as tf
 
@@ -22,51 +19,12 @@ from gcl_tf.backbones import classifier, feature_size
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, present_classes
+from gcl_tf.methods.configs import OnProConfig
 from gcl_tf.precision import float32
-from gcl_tf.schema import MemoryMethodConfig, value_range
 
 EPS = 1e-8  # the authors' epsilon in the instance contrast
 CROP_SCALE = (0.3, 1.0)  # the authors' random resized crop
 GRAYSCALE_P = 0.25
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "onpro"
-    # Memory samples drawn a step (buffer_batch_size); min(this, replay_per_class x classes seen) count.
-    replay_batch_size: int = field(default=64, metadata=value_range(1))
-    # Replayed samples per class seen (the authors' buffer_per_class).
-    replay_per_class: int = field(default=7, metadata=value_range(1))
-    # Temperature of OPE's prototype contrast (proto_t).
-    proto_temperature: float = field(default=0.5, metadata=value_range(0.0, lo_open=True))
-    # Temperature of the instance-wise contrast (ins_t).
-    instance_temperature: float = field(default=0.07, metadata=value_range(0.0, lo_open=True))
-    # APF: the share of the replay batch mixed at random; the rest mixes close classes (mixup_base_rate).
-    mixup_base_rate: float = field(default=0.75, metadata=value_range(0.0, 1.0))
-    # APF: the probability of a mixup (of the random share: per batch and per sample; per class pair).
-    mixup_p: float = field(default=0.6, metadata=value_range(0.0, 1.0))
-    # APF: the close classes' mixing weights are Beta(mixup_alpha, mixup_alpha).
-    mixup_alpha: float = field(default=0.4, metadata=value_range(0.0, lo_open=True))
-    # APF: the random share's mixing weights are uniform in [mixup_lower, mixup_upper]; the lower end.
-    mixup_lower: float = field(default=0.0, metadata=value_range(0.0, 1.0))
-    # APF: the upper end of the random share's mixing weights.
-    mixup_upper: float = field(default=0.6, metadata=value_range(0.0, 1.0))
-    # Rotated copies per image in the instance contrast (the authors' oop, 16; 4 or 1: cheaper, not theirs).
-    rotations: Literal[1, 4, 16] = 16
-    # Width of the projection head (the authors' 128); below the trunk's feature width.
-    projection_size: int = field(default=128, metadata=value_range(1))
-    # Scale of the instance similarities after the first task (the authors' CIFAR-10 value; 1 in the first task).
-    sim_lambda: float = field(default=0.5, metadata=value_range(0.0, lo_open=True))
-    # L2 weight decay, the authors' Adam weight_decay: weight_decay * w added to each weight's gradient.
-    weight_decay: float = field(default=1e-4, metadata=value_range(0.0))
-
-    def check(self, config):
-        self.check_settings()
-
-    def check_settings(self, section: str = "method"):
-        if self.mixup_lower > self.mixup_upper:
-            raise ConfigError(f"{section}.mixup_lower: {self.mixup_lower} is above {section}.mixup_upper "
-                              f"{self.mixup_upper}; allowed: a range with lower <= upper")
 
 
 # ----------------------------------------------------------------------------- the math, pure functions
@@ -239,6 +197,9 @@ def authors_transform(images, seed):
 class OnPro(ContinualModel):
     """OnPro. ``memory_size``: samples in the reservoir memory; the other keywords: the keys of
     :class:`Config`. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
+    Config = OnProConfig
+    settings: OnProConfig
 
     label = "OnPro"
     style = ("#637939", "p")

@@ -16,8 +16,8 @@ TensorFlow, and a mistake on a command line is answered before TensorFlow loads)
 - a module per command, ``throughput`` and ``gpu``, each with ``main(argv=None) -> int``.
 
 The packages live in a room of their own, above gcl_tf/benchmark/ (whose machinery they use) and
-not in the method's package (``gcl_tf/methods/gcl/``, whose ``__init__`` imports TensorFlow, and
-which must not import the benchmark: tests/test_layout.py).
+not in the method's package (``gcl_tf/methods/gcl/``, which must not import the benchmark:
+tests/test_layout.py).
 """
 from __future__ import annotations
 

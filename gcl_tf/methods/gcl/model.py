@@ -26,7 +26,7 @@ from gcl_tf.backbones import feature_size, mlp
 from gcl_tf.memory import GraphMemory, state_variable
 from gcl_tf.methods.base import ContinualModel
 from gcl_tf.methods.gcl.caches import ContextCache
-from gcl_tf.methods.gcl.config import Config  # noqa: F401 - GCL's keys: a method class's module holds its Config
+from gcl_tf.methods.gcl.config import Config as GCLConfig
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
     normalize_embeddings,
@@ -49,6 +49,9 @@ class GCL(Training, Prediction, ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common ones (``eval_batch_size`` sizes
     the test-time noise cache, drawn once per evaluation).
     """
+
+    Config = GCLConfig
+    settings: GCLConfig
 
     style = ("#d62728", "*")  # red: the paper's method
     supports_distribution = True
@@ -116,6 +119,9 @@ class GCL(Training, Prediction, ContinualModel):
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
         one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
         self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
+
+    def get_config(self):
+        return {**super().get_config(), "hidden_size": self.hidden_size}
 
     # -------------------------------------------------------------- the memory estimate
     @classmethod
