@@ -1,4 +1,5 @@
 """GCL: the math against float64 NumPy, the graph and memory rules of docs/gcl.md, the step."""
+import dataclasses
 import math
 import os
 
@@ -210,8 +211,8 @@ def test_the_step_regularises_the_whole_held_block_by_default():
     held block with the self-pairs, which add about 0 (a self-edge's logit is logit(1), clipped,
     both stored and current), so with m contexts held it is (m - 1) / m times the mean over i != k;
     ``regularize_self_pairs: false`` gives the latter."""
-    assert GCLConfig().regularize_self_pairs is True and make_model().regularize_self_pairs is True
-    assert make_model(regularize_self_pairs=False).regularize_self_pairs is False
+    assert GCLConfig().regularize_self_pairs is True and make_model().settings.regularize_self_pairs is True
+    assert make_model(regularize_self_pairs=False).settings.regularize_self_pairs is False
     model = make_model(graph_lambda=50.0)
     for x, y in batches(6, seed=41):
         model.train_step((x, y))
@@ -221,7 +222,7 @@ def test_the_step_regularises_the_whole_held_block_by_default():
     x, y = next(batches(1, seed=43))
     losses = {}
     for self_pairs in (True, False):  # the same state, the same step
-        model.regularize_self_pairs = self_pairs
+        model.settings = dataclasses.replace(model.settings, regularize_self_pairs=self_pairs)
         out = model.training_forward(x, y)
         held = int(tf.reduce_sum(tf.cast(out.edges.regularized, tf.int32)))
         losses[self_pairs] = (float(out.logs["graph_loss"]), held)
@@ -552,7 +553,7 @@ def test_xla_fused_regularizer_gives_the_plain_step():
     model.memory.edge_logits.assign_add(drift)  # stored edges the current ones have moved away from
     results = []
     for fused in (True, False):
-        model.fuse_regularizer = fused
+        model.settings = dataclasses.replace(model.settings, fuse_regularizer=fused)
         with tf.GradientTape() as tape:
             out = model.training_forward(x, y)
         results.append((out, tape.gradient(out.logs["loss"], model.trainable_variables)))
@@ -732,7 +733,7 @@ def test_prediction_is_the_mean_of_the_per_sample_distributions():
     values = model.context_values(l_c, model.memory.labels, model.memory.filled())
     logits_e = gcl_graph.edge_logits(u_t, u_c, model.kernel_log_scale)
     noise = gcl_graph.logistic_noise(tf.concat([[4], tf.shape(logits_e)], 0), seed)
-    temperature = model.test_temperature
+    temperature = model.settings.test_temperature
     probs = [tf.nn.softmax(model.classify(gcl_graph.relaxed_bernoulli(logits_e, temperature, noise[s]), values)).numpy()
              for s in range(4)]
     np.testing.assert_allclose(got, np.mean(probs, axis=0), rtol=1e-4, atol=1e-6)
@@ -939,7 +940,7 @@ def test_the_normalized_kernel_compares_unit_embeddings_whatever_their_scale(edg
     path = str(tmp_path / "learner.keras")
     model.save(path)
     loaded = gcl_tf.load_model(path)
-    assert loaded.kernel_type == "normalized" and loaded.get_config()["kernel"] == "normalized"
+    assert loaded.settings.kernel == "normalized" and loaded.get_config()["kernel"] == "normalized"
     np.testing.assert_array_equal(loaded.test_graphs(x, samples=1, seed=(1, 2))[0].numpy(), logits)
     for scaled, kernel in ((model, "normalized"), (_small_gcl()[0], "rbf")):
         if kernel == "rbf":
@@ -1166,8 +1167,9 @@ def test_own_latent_adds_its_term_to_each_sampled_test_graph():
     mask = tf.ones([10], tf.bool)
     logits_e, values, noise, own = model.test_graphs(x, seed=(3, 4))
     assert noise.shape == (3, 10, 20) and own.shape == (10, 10)
+    temperature = model.settings.test_temperature
     by_hand = average_log_probs(tf.stack([
-        tf.nn.log_softmax(model.classify(relaxed_bernoulli(logits_e, model.test_temperature, eps), values) + own)
+        tf.nn.log_softmax(model.classify(relaxed_bernoulli(logits_e, temperature, eps), values) + own)
         for eps in noise]))
     got = model.log_probs_of_test_graphs(logits_e, values, noise, own, mask)
     np.testing.assert_allclose(got.numpy(), by_hand.numpy(), rtol=1e-4, atol=1e-5)
@@ -1280,7 +1282,7 @@ def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
     state, and a batch holding every class gives both the same loss."""
     import gcl_tf
 
-    assert GCLConfig().target_loss == "present" == gcl_tf.GCL(num_classes=3, input_shape=(4,)).target_loss
+    assert GCLConfig().target_loss == "present" == gcl_tf.GCL(num_classes=3, input_shape=(4,)).settings.target_loss
     from gcl_tf.errors import ConfigError
 
     with pytest.raises(ConfigError, match="GCL.target_loss: 'some' is not allowed; allowed: all, present"):
@@ -1291,7 +1293,7 @@ def test_target_loss_present_leaves_the_classes_absent_from_the_batch_alone():
     x = next(iter(stream))[0]
 
     def loss_and_bias_gradient(target_loss, labels):
-        model.target_loss = target_loss
+        model.settings = dataclasses.replace(model.settings, target_loss=target_loss)
         with tf.GradientTape() as tape:
             out = model.training_forward(x, tf.constant(labels, tf.int32))
         return float(out.logs["loss"]), tape.gradient(out.logs["loss"], model.output_head.bias).numpy()
@@ -1340,10 +1342,10 @@ def test_a_config_or_learner_saved_before_the_defaults_changed_reads_back_as_it_
     assert config_lib.with_former_defaults(er) == er  # another method's keys are left alone
 
     model, _ = _small_gcl()
-    assert model.own_head is not None and model.target_loss == "present"
+    assert model.own_head is not None and model.settings.target_loss == "present"
     learner = model.get_config()
     restored = gcl_tf.GCL.from_config(learner)
-    assert restored.own_head is not None and restored.target_loss == "present"
+    assert restored.own_head is not None and restored.settings.target_loss == "present"
     del learner["own_latent"], learner["target_loss"]
     old = gcl_tf.GCL.from_config(learner)
-    assert old.own_head is None and old.target_loss == "all"
+    assert old.own_head is None and old.settings.target_loss == "all"

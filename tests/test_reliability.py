@@ -575,7 +575,7 @@ def test_a_gcl_run_saved_before_the_defaults_changed_resumes_reruns_exports_and_
     assert results["resumed_from_step"] == 2
     assert results["config"]["method"]["own_latent"] is False and results["config"]["method"]["target_loss"] == "all"
     model, _, _ = export.load_run(str(out))
-    assert model.own_head is None and model.target_loss == "all"
+    assert model.own_head is None and model.settings.target_loss == "all"
 
     (out / "config.yaml").write_text(yaml.safe_dump(saved))  # a finished run saved before, rerun elsewhere
     assert train.main(["--config", str(out / "config.yaml"), "--output", str(tmp_path / "again")]) == 0

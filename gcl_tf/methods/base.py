@@ -215,19 +215,17 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
                 self.on_evaluation_end()
 
     @contextlib.contextmanager
-    def evaluation_variant(self, settings: dict):
-        """Predictions with the model's attributes set to ``settings`` (one of
-        :meth:`evaluation_variants`; prediction-time attributes only: training is unchanged). The
-        compiled test and predict functions are rebuilt on entry and again on exit."""
-        saved = {name: getattr(self, name) for name in settings}
+    def evaluation_variant(self, changes: dict):
+        """Predictions with the model's settings changed by ``changes`` (one of
+        :meth:`evaluation_variants`, ``{key: value}``; prediction-time keys only: training is
+        unchanged). The compiled test and predict functions are rebuilt on entry and again on exit."""
+        saved = self.settings
         try:
-            for name, value in settings.items():
-                setattr(self, name, value)
+            self.settings = dataclasses.replace(saved, **changes)
             self.test_function = self.predict_function = None
             yield self
         finally:
-            for name, value in saved.items():
-                setattr(self, name, value)
+            self.settings = saved
             self.test_function = self.predict_function = None
 
     # ------------------------------------------------------------------ Keras entry points

@@ -45,10 +45,6 @@ class DERPP(er.ER):
     # around the values the paper selects (its appendix: alpha 0.1 to 1, beta 0.5 or 1)
     tune_grid = {"method.alpha": [0.1, 0.2, 0.5, 1.0], "method.beta": [0.5, 1.0]}
 
-    def __init__(self, backbone=None, *, num_classes, **keys):
-        super().__init__(backbone, num_classes=num_classes, **keys)
-        self.alpha, self.beta = float(self.settings.alpha), float(self.settings.beta)
-
     @classmethod
     def memory_fields(cls, num_classes):
         return {"logits": ((num_classes,), "float32")}
@@ -64,12 +60,13 @@ class DERPP(er.ER):
         batches = [self.augmented(x),  # the memory keeps x as it came, with its logits
                    self.augmented(first["images"], salts.SECOND_AUGMENT),
                    self.augmented(second["images"], salts.THIRD_AUGMENT)]
+        s = self.settings
         with tf.GradientTape() as tape:
-            logits, first_logits, second_logits = forward(self, batches, self.settings.one_pass)
+            logits, first_logits, second_logits = forward(self, batches, s.one_pass)
             terms = {
                 "loss_stream": replica_share(cross_entropy(y, logits), batch * replicas),
-                "loss_logits": self.alpha * replica_share(logit_mse(first_logits, first["logits"]), counts[0], ok1),
-                "loss_labels": self.beta * replica_share(cross_entropy(second["labels"], second_logits),
+                "loss_logits": s.alpha * replica_share(logit_mse(first_logits, first["logits"]), counts[0], ok1),
+                "loss_labels": s.beta * replica_share(cross_entropy(second["labels"], second_logits),
                                                          counts[1], ok2),
             }
             replica_loss = tf.add_n(list(terms.values()))  # summed over replicas

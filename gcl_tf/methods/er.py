@@ -32,14 +32,12 @@ class ER(ContinualModel):
     def __init__(self, backbone=None, *, num_classes, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.memory_size = self.settings.memory_size
-        self.memory = ReservoirMemory(self.memory_size, self.image_shape, seed=self.seed,
+        self.memory = ReservoirMemory(self.settings.memory_size, self.image_shape, seed=self.seed,
                                       extra=self.memory_fields(self.num_classes))
-        self._replay_batch_size = self.settings.replay_batch_size
 
     def replay_size(self, batch: int) -> int:
         """Samples replayed with a (global) batch of ``batch``."""
-        return min(self._replay_batch_size or self.batch_size or batch, self.memory_size)
+        return min(self.settings.replay_batch_size or self.batch_size or batch, self.settings.memory_size)
 
     @classmethod
     def check_replicas(cls, config, replicas):

@@ -140,9 +140,6 @@ class EWC(ContinualModel):
         super().__init__(backbone, num_classes=num_classes, **keys)
         self.num_tasks, self.multi_head = int(num_tasks), bool(multi_head)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.ewc_lambda = float(self.settings.ewc_lambda)
-        self.fisher_samples = int(self.settings.fisher_samples)
-        self.fisher_kind = self.settings.fisher
         self.task_classes = TaskClasses(num_tasks, self.num_classes, multi_head)
         self.ewc = EWCState(self.network.trainable_variables)
         self._consolidate_fn = tf.function(self._consolidate, reduce_retracing=True)
@@ -163,7 +160,7 @@ class EWC(ContinualModel):
         with tf.GradientTape() as tape:
             ce = tf.reduce_mean(cross_entropy(y, mask_logits(self(x, training=True), mask)))
             penalty = self.ewc.penalty(variables)
-            loss = ce + self.ewc_lambda * penalty
+            loss = ce + self.settings.ewc_lambda * penalty
         self.apply_gradients(tape, loss, variables)
         return {"loss": loss, "cross_entropy": ce, "penalty": penalty}
 
@@ -174,7 +171,7 @@ class EWC(ContinualModel):
         def nll(xi, yi):
             return tf.reduce_sum(cross_entropy(yi, mask_logits(self.network(xi, training=False), mask)))
 
-        if self.fisher_kind == "squared_mean":
+        if self.settings.fisher == "squared_mean":
             fisher = squared_mean_gradient(nll, variables, x, y)
         else:
             fisher = empirical_fisher(nll, variables, x, y)
@@ -182,7 +179,7 @@ class EWC(ContinualModel):
         return fisher
 
     def on_task_end(self, task_index, dataset):
-        x, y = collect_dataset(dataset, limit=self.fisher_samples)
+        x, y = collect_dataset(dataset, limit=self.settings.fisher_samples)
         if x is None:
             return
         self._consolidate_fn(tf.constant(x, tf.float32), tf.constant(y, tf.int32), tf.constant(task_index, tf.int32))

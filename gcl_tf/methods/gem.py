@@ -176,7 +176,6 @@ class GEM(ContinualModel):
         T = int(num_tasks)
         self.num_tasks, self.multi_head = T, bool(multi_head)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.margin = float(self.settings.margin)
         self.task_classes = TaskClasses(T, self.num_classes, multi_head)
         self.memory = TaskMemory(T, per_task_memory(self.settings.memory_size, T, "gem"), self.image_shape)
         self.num_parameters = num_elements(self.network.trainable_variables)
@@ -230,6 +229,6 @@ class GEM(ContinualModel):
         dots = tf.linalg.matvec(G, g)
         violated = tf.logical_and(valid, dots < 0)
         any_violated = tf.reduce_any(violated)
-        g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.margin), lambda: g)
+        g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.settings.margin), lambda: g)
         self.optimizer.apply(unflatten(g, variables), variables)
         return {"loss": loss, "violations": tf.reduce_sum(tf.cast(violated, tf.float32))}

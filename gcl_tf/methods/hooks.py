@@ -101,8 +101,8 @@ class Hooks:
 
     def evaluation_variants(self) -> dict:
         """Other prediction settings every task-end evaluation also measures, as ``{name:
-        {attribute: value}}``: the driver evaluates every task once more under each (see
-        :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
+        {key: value}}`` (keys of the method's ``Config``): the driver evaluates every task once
+        more under each (see :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
         ``evaluations``, so that one training run gives every test-time variant. Default: none."""
         return {}
 

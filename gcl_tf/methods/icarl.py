@@ -149,10 +149,8 @@ class ICaRL(ContinualModel):
         self.old_network = classifier(keras.models.clone_model(backbone), self.image_shape, self.num_classes,
                                       name="previous_classifier")
         self.old_network.trainable = False
-        self.memory_size = int(memory_size)
-        self._replay_batch_size = self.settings.replay_batch_size
         feature_dim = int(self.feature_extractor.output_shape[-1])
-        self.exemplars = ExemplarMemory(self.memory_size, self.image_shape, self.num_classes, feature_dim)
+        self.exemplars = ExemplarMemory(memory_size, self.image_shape, self.num_classes, feature_dim)
         self._features_fn = tf.function(self._features, reduce_retracing=True)
         self._herding_fn = tf.function(herding, reduce_retracing=True)
 
@@ -172,7 +170,7 @@ class ICaRL(ContinualModel):
     def learn(self, x, y):
         ex = self.exemplars
         seed = step_seed(self.seed, self.step_counter, salts.REPLAY)
-        replay = min(self._replay_batch_size or self.batch_size or int(x.shape[0]), self.memory_size)
+        replay = min(self.settings.replay_batch_size or self.batch_size or int(x.shape[0]), self.settings.memory_size)
         index, ok = sample_without_replacement(ex.valid(), replay, seed)
         inputs = tf.concat([x, tf.gather(ex.images, index)], axis=0)
         labels = tf.concat([y, tf.gather(ex.labels, index)], axis=0)
@@ -217,8 +215,8 @@ class ICaRL(ContinualModel):
         new_sets = [c for c in classes if images is not None and np.any(labels == c)]
         new_ids = {task_index * self.num_classes + c for c in new_sets}
         old_sets = sorted(set(int(s) for s in set_id[set_id >= 0]) - new_ids)
-        check_exemplar_sets(self.memory_size, len(old_sets) + len(new_sets))
-        m = self.memory_size // max(1, len(old_sets) + len(new_sets))
+        check_exemplar_sets(self.settings.memory_size, len(old_sets) + len(new_sets))
+        m = self.settings.memory_size // max(1, len(old_sets) + len(new_sets))
 
         keep = np.flatnonzero((set_id >= 0) & (rank < m) & np.isin(set_id, old_sets))
         out_images = [old_images[keep]]
@@ -240,7 +238,7 @@ class ICaRL(ContinualModel):
         new_sets_arr = np.concatenate(out_sets).astype(np.int32)
         new_rank = np.concatenate(out_rank).astype(np.int32)
         count = len(new_labels)
-        pad = self.memory_size - count
+        pad = self.settings.memory_size - count
         ex.images.assign(np.concatenate([new_images, np.zeros((pad,) + new_images.shape[1:], np.float32)]))
         ex.labels.assign(np.concatenate([new_labels, np.zeros(pad, np.int32)]))
         ex.set_id.assign(np.concatenate([new_sets_arr, np.full(pad, -1, np.int32)]))

@@ -66,10 +66,6 @@ class MER(ContinualModel):
         s = self.settings
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.memory = ReservoirMemory(s.memory_size, self.image_shape, seed=self.seed)
-        self.replay_batch_size = min(int(s.replay_batch_size), int(s.memory_size))
-        self.batches_per_example = int(s.batches_per_example)
-        self.beta = float(s.beta)
-        self.gamma = float(s.gamma)
         self.learning_rate = None  # the SGD optimizer's, set by compile
 
     def compile(self, optimizer="sgd", **kwargs):
@@ -98,11 +94,11 @@ class MER(ContinualModel):
 
     def learn_example(self, trainable, non_trainable, x, y, counter):
         """MER Algorithm 1 for one example ``x`` [1, ...], ``y`` [1]; returns the new weights and mean loss."""
-        k = self.replay_batch_size
+        k = min(self.settings.replay_batch_size, self.settings.memory_size)
         before = trainable
 
         def batch_body(j, trainable, non_trainable, loss_sum):
-            drawn = self.memory.sample(k, counter * self.batches_per_example + tf.cast(j, tf.int64))
+            drawn = self.memory.sample(k, counter * self.settings.batches_per_example + tf.cast(j, tf.int64))
             mem_x, mem_y, ok = drawn["images"], drawn["labels"], drawn["ok"]
             bx = tf.concat([x, mem_x], axis=0)
             by = tf.concat([y, mem_y], axis=0)
@@ -118,16 +114,16 @@ class MER(ContinualModel):
             _, trainable, non_trainable, batch_loss = tf.while_loop(
                 lambda r, *_: r < k + 1, sample_body, (tf.constant(0), trainable, non_trainable, tf.constant(0.0))
             )
-            trainable = reptile_update(start, trainable, self.beta)  # within-batch meta-update
+            trainable = reptile_update(start, trainable, self.settings.beta)  # within-batch meta-update
             return j + 1, trainable, non_trainable, loss_sum + batch_loss / tf.reduce_sum(bw)
 
         _, trainable, non_trainable, loss_sum = tf.while_loop(
-            lambda j, *_: j < self.batches_per_example,
+            lambda j, *_: j < self.settings.batches_per_example,
             batch_body,
             (tf.constant(0), trainable, non_trainable, tf.constant(0.0)),
         )
-        trainable = reptile_update(before, trainable, self.gamma)  # across-batch meta-update
-        return trainable, non_trainable, loss_sum / self.batches_per_example
+        trainable = reptile_update(before, trainable, self.settings.gamma)  # across-batch meta-update
+        return trainable, non_trainable, loss_sum / self.settings.batches_per_example
 
     def learn(self, x, y):
         batch = int(x.shape[0])

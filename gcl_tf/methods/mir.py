@@ -46,9 +46,10 @@ class MIR(er.ER):
     supports_distribution = False
     test_settings = {"memory_size": 20, "candidates": 10}
 
-    def __init__(self, backbone=None, *, num_classes, **keys):
-        super().__init__(backbone, num_classes=num_classes, **keys)
-        self.candidates = min(int(self.settings.candidates), self.memory_size)
+    @property
+    def candidates(self) -> int:
+        """Memory samples scored per step (``candidates``, at most the memory's size)."""
+        return min(self.settings.candidates, self.settings.memory_size)
 
     def losses(self, weights, x, y, training=False):
         """Per-sample cross-entropy [N] of the network with trainable ``weights`` (a list of tensors)."""

@@ -204,7 +204,9 @@ class OnPro(ContinualModel):
     label = "OnPro"
     style = ("#637939", "p")
     task_free = False  # the first task trains otherwise (train_task0); APF waits for a task's second step
-    augments_in_step = True  # its views are always the authors' transform (module docstring)
+    # accepts benchmark.augment: ocl or crop_flip (a protocol's config applies to every method), which
+    # its step does not apply: its views are always the authors' transform (module docstring)
+    augments_in_step = True
     test_settings = {"memory_size": 20, "rotations": 4, "projection_size": 8}
 
     def __init__(self, backbone=None, *, num_classes, **keys):
@@ -212,18 +214,20 @@ class OnPro(ContinualModel):
         s = self.settings
         trunk = self.default_backbone(backbone)
         width = feature_size(trunk, self.image_shape)
-        self.check_shapes(width, int(s.projection_size), int(s.rotations))
+        self.check_shapes(width, s.projection_size, s.rotations)
         self.network = classifier(trunk, self.image_shape, self.num_classes)
-        self.projection = keras.layers.Dense(int(s.projection_size), name="projection")
+        self.projection = keras.layers.Dense(s.projection_size, name="projection")
         self.projection.build((None, width))
         self.memory = ReservoirMemory(s.memory_size, self.image_shape, seed=self.seed)
-        self.memory_size = int(s.memory_size)
-        self.draw_size = min(int(s.replay_batch_size), self.memory_size)
-        self.rotations = int(s.rotations)
         # Classes seen (the authors' class_holder), the last step's task, each class's mean projection.
         self.seen_classes = state_variable(tf.zeros([self.num_classes], tf.int32), "seen_classes")
         self.last_task = state_variable(tf.constant(-1, tf.int32), "last_task")
-        self.class_means = state_variable(tf.zeros([self.num_classes, int(s.projection_size)]), "class_means")
+        self.class_means = state_variable(tf.zeros([self.num_classes, s.projection_size]), "class_means")
+
+    @property
+    def draw_size(self) -> int:
+        """Memory samples drawn a step (``replay_batch_size``, at most the memory's size)."""
+        return min(self.settings.replay_batch_size, self.settings.memory_size)
 
     def check_shapes(self, width: int, projection_size: int, rotations: int) -> None:
         height, side = self.image_shape[0], self.image_shape[1]
@@ -278,14 +282,14 @@ class OnPro(ContinualModel):
 
     def views(self, images, seed):
         """The rotated copies of ``images`` and, after them, their views (the authors' images_pair)."""
-        rotated = rotate(images, self.rotations)
+        rotated = rotate(images, self.settings.rotations)
         return tf.concat([rotated, authors_transform(rotated, seed)], axis=0)
 
     def contrast(self, z, features, labels, seed, scale: float, loss=nt_xent, valid=None):
         """OCM's instance contrast of :meth:`views`' projections ``z`` and ``features``."""
         sim = contrast_similarity(z, features, self.slice_start(features, seed), scale)
-        valid = None if valid is None else tf.tile(valid, [self.rotations])
-        return loss(sim, rotation_labels(labels, self.rotations, self.num_classes),
+        valid = None if valid is None else tf.tile(valid, [self.settings.rotations])
+        return loss(sim, rotation_labels(labels, self.settings.rotations, self.num_classes),
                     self.settings.instance_temperature, valid)
 
     def memory_prototypes(self, images, labels, rows, seed):
@@ -319,7 +323,7 @@ class OnPro(ContinualModel):
         mixed, first, second, weight = self.feedback(images, labels, counted, apf)
         mixed_labels = (1.0 - weight) * tf.cast(first, tf.float32) + weight * tf.cast(second, tf.float32)
         features, z = self.embed(tf.concat([self.views(x, s[0]), self.views(mixed, s[1])], axis=0))
-        cut, lam = 2 * self.rotations * x.shape[0], self.settings.sim_lambda
+        cut, lam = 2 * self.settings.rotations * x.shape[0], self.settings.sim_lambda
         instance = (self.contrast(z[:cut], features[:cut], y, s[2], lam)
                     + self.contrast(z[cut:], features[cut:], mixed_labels, s[3], lam, nt_xent_uni, rows))
         logits = self.network(authors_transform(mixed, s[4]), training=True)

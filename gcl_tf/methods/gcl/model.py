@@ -64,15 +64,6 @@ class GCL(Training, Prediction, ContinualModel):
     def __init__(self, backbone=None, *, num_classes, hidden_size=256, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         s = self.settings
-        self.augment_contexts = bool(s.augment_contexts)
-        self.context_lambda, self.graph_lambda = float(s.context_lambda), float(s.graph_lambda)
-        self.regularize_below = None if s.regularize_below is None else float(s.regularize_below)
-        self.context_temperature, self.target_temperature = float(s.context_temperature), float(s.target_temperature)
-        self.test_temperature, self.test_graph_samples = float(s.test_temperature), int(s.test_graph_samples)
-        self.also_test_graph_samples = tuple(int(k) for k in s.also_test_graph_samples)
-        self.test_prediction, self.also_test_predictions = s.test_prediction, tuple(s.also_test_predictions)
-        self.stochastic_graphs, self.fuse_regularizer = bool(s.stochastic_graphs), bool(s.fuse_regularizer)
-        self.regularize_self_pairs = bool(s.regularize_self_pairs)
         hidden = int(hidden_size)
         self.hidden_size = hidden
         self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
@@ -89,7 +80,6 @@ class GCL(Training, Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
-        self.target_loss = s.target_loss  # all (the paper) or present
         # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
         self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if s.own_latent else None
         if self.own_head is not None:
@@ -97,9 +87,6 @@ class GCL(Training, Prediction, ContinualModel):
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
         # authors'; median: sqrt(H) until the first step with contexts sets it from the median
         # squared distance, :func:`median_kernel_width`).
-        self.kernel_type = s.kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
-        self.width_from_median = s.kernel_width == "median"
-        self.kernel_start_edge = float(s.kernel_start_edge)
         width = math.sqrt(hidden) if s.kernel_width is None or self.width_from_median else float(s.kernel_width)
         self.kernel_log_scale = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(width)),
@@ -109,9 +96,6 @@ class GCL(Training, Prediction, ContinualModel):
         self.kernel_width_set = state_variable(tf.constant(False), "kernel_width_set")
         self.memory = GraphMemory(s.memory_size, self.image_shape, seed=self.seed, edge_memory=s.edge_memory,
                                   embedding_size=hidden)
-        self.capacity = int(s.memory_size)
-        # Contexts attended to per step: the whole memory, or context_batch of them.
-        self.num_contexts = s.context_batch or self.capacity
         self._test_noise = None
         self._warned_of_task = None  # the task after which GCL said it did not learn (on_task_end)
         if self.eval_batch_size is not None:
@@ -122,6 +106,21 @@ class GCL(Training, Prediction, ContinualModel):
 
     def get_config(self):
         return {**super().get_config(), "hidden_size": self.hidden_size}
+
+    @property
+    def capacity(self) -> int:
+        """M, the memory's samples (``memory_size``)."""
+        return self.settings.memory_size
+
+    @property
+    def num_contexts(self) -> int:
+        """Contexts attended to per step: the whole memory, or ``context_batch`` of them."""
+        return self.settings.context_batch or self.settings.memory_size
+
+    @property
+    def width_from_median(self) -> bool:
+        """Whether the kernel's width is set by the median heuristic (``kernel_width: median``)."""
+        return self.settings.kernel_width == "median"
 
     # -------------------------------------------------------------- the memory estimate
     @classmethod
@@ -177,7 +176,7 @@ class GCL(Training, Prediction, ContinualModel):
         """The edge head's embeddings u the kernel compares   [N, H] (float32): as the head gives
         them (``kernel: rbf``, the paper) or on the unit sphere (``kernel: normalized``)."""
         u = float32(self.edge_head(features))
-        return normalize_embeddings(u) if self.kernel_type == "normalized" else u
+        return normalize_embeddings(u) if self.settings.kernel == "normalized" else u
 
     def context_values(self, latents, labels, valid):
         """What the graphs aggregate: ``[l, one_hot(y), 1]`` of each context, 0 for invalid
