@@ -673,9 +673,9 @@ def test_host_memory_is_memavailable(tmp_path):
 
 
 def test_a_run_larger_than_the_machine_is_refused_before_the_model_is_built(tmp_path, monkeypatch, capsys):
-    from gcl_tf import train
+    from gcl_tf import methods, train
 
-    monkeypatch.setattr(train, "build_model", lambda *a: pytest.fail("the model was built"))
+    monkeypatch.setattr(methods, "build", lambda *a: pytest.fail("the model was built"))
     config = write_config(tmp_path, {"method": {"name": "gcl", "memory_size": 200000}})
     out = tmp_path / "run"
     message = cli_error(train.main, ["--config", config, "--output", str(out)], capsys)
