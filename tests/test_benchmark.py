@@ -426,9 +426,9 @@ def test_dispatcher_lists_every_command_and_dispatches_to_its_main(monkeypatch, 
     assert dispatcher.main(["speed"]) == 2 and "unknown command 'speed'" in capsys.readouterr().err
 
     # A command runs its module's main(argv) with the rest of the arguments.
-    fake = types.ModuleType("gcl_tf.benchmark.throughput")
+    fake = types.ModuleType("gcl_tf.speed.throughput")
     fake.main = lambda argv=None: 7 if argv == ["--quick"] else 1
-    monkeypatch.setitem(sys.modules, "gcl_tf.benchmark.throughput", fake)
+    monkeypatch.setitem(sys.modules, "gcl_tf.speed.throughput", fake)
     assert dispatcher.main(["throughput", "--quick"]) == 7
 
 

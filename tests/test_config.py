@@ -200,8 +200,8 @@ def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path, text, f
 def test_layers_import_downward():
     """gcl_tf.schema <- gcl_tf.methods <- gcl_tf.config: no module of the lower layers imports one
     above it, at the top or inside a function (no hidden cycle); the methods' speed checks
-    (gcl_tf/speed/<method>/, the plug-ins of ``python -m gcl_tf.benchmark throughput|gpu``) sit
-    above the benchmark's machinery, which finds them by name."""
+    (gcl_tf/speed/, run by ``python -m gcl_tf.benchmark throughput|gpu``) sit above the
+    benchmark's machinery, which does not import them."""
     import ast
     import pathlib
 

@@ -107,8 +107,15 @@ def test_one_task_class():
 
 def imports(tree, module: str, modules: dict, is_package: bool) -> set:
     """The package's modules ``tree`` imports, at its top or inside a function (``from a import b``
-    counts ``a.b`` when that is a module, else ``a``)."""
+    counts ``a.b`` when that is a module, else ``a``), or by name (``importlib.import_module``)."""
+    from helpers import dynamic_imports
+
     found = set()
+    for target, _ in dynamic_imports(tree):
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != module:
+            found.add(target)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
