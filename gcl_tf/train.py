@@ -195,9 +195,10 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
 
 def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
                 progress_seconds=None) -> TrainedModel:
-    """:func:`run`, returning the trained model with the results: the data, the strategy, the
-    memory estimate, then under the folder's lock the folder, the model (built or restored) and
-    the tasks (:class:`gcl_tf.task_loop.TaskLoop`)."""
+    """:func:`run`, returning the trained model with the results: the folder (nothing written),
+    the data, the strategy, the memory estimate, then under the folder's lock the folder again
+    (another run may have changed it meanwhile), the model (built or restored) and the tasks
+    (:class:`gcl_tf.task_loop.TaskLoop`)."""
     import keras
     import tensorflow as tf
 
@@ -210,6 +211,7 @@ def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, 
     output_dir = output_dir or config.output_dir
     config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
     verbose, progress_seconds = output_modes(config, verbose, progress_seconds)
+    check_folder(output_dir, config, overwrite, resume)  # a quick answer, nothing written (again under the lock)
     multi_worker = config.train.distribute == "multi_worker"
     if resume and multi_worker:
         raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
@@ -238,7 +240,7 @@ def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, 
         # One run at a time holds the folder; multi-worker training stops together or not at all
         # (there a signal ends the process).
         with exclusive(output_dir), StopSignals(enabled=not multi_worker) as stop:
-            resume_from = check_folder(output_dir, config, overwrite, resume)  # now that no other run can change it
+            resume_from = check_folder(output_dir, config, overwrite, resume)  # again: no other run can change it now
             if strategy is not None:  # a distributed iterator reports its end as running out of data
                 warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
             with strategy.scope() if strategy is not None else contextlib.nullcontext():
