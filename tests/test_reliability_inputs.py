@@ -125,21 +125,19 @@ def test_a_run_leaves_op_determinism_as_it_found_it(tmp_path, monkeypatch):
     from gcl_tf.config import resolve
 
     tiny = {"benchmark": {"num_tasks": 1, "samples_per_task": 20}}
-    seen = []
-    real = train.train_model
+    seen = []  # whether op determinism is on while the run builds its model
+    real = train.build_training_state
 
     def record(*args, **kwargs):
         seen.append(tf_config.is_op_determinism_enabled())
-        out = real(*args, **kwargs)
-        seen.append(tf_config.is_op_determinism_enabled())
-        return out
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(train, "train_model", record)
+    monkeypatch.setattr(train, "build_training_state", record)
     deterministic = resolve(_deep_update(TINY, {**tiny, "train": {"deterministic": True}}))
     try:
         assert not tf_config.is_op_determinism_enabled()
         train.run(deterministic, str(tmp_path / "a"), verbose=0)
-        assert seen == [False, True] and not tf_config.is_op_determinism_enabled()
+        assert seen == [True] and not tf_config.is_op_determinism_enabled()
         tf_config.enable_op_determinism()
         train.run(resolve(_deep_update(TINY, tiny)), str(tmp_path / "b"), verbose=0)
         assert tf_config.is_op_determinism_enabled()
