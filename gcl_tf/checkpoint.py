@@ -9,8 +9,9 @@ A checkpoint (``tf.train.Checkpoint`` under a ``tf.train.CheckpointManager``) ho
   task), the accuracy matrix so far and the timings.
 Randomness needs nothing more: every random draw is stateless, keyed on the run's seed and the
 step counters saved above (no Keras SeedGenerator is used; one inside a layer would be saved
-with the model's variables), and a task's batch order is precomputed from the seed, so
-``train_dataset(..., skip_batches=k)`` replays the rest of the stream exactly.
+with the model's variables), and a task's batch order is precomputed from the seed, so a resumed
+task's stream with the batches done skipped (``dataset.skip(k)``, gcl_tf/task_loop.py) is the rest
+of the stream exactly.
 
 Writes are atomic by design: TensorFlow writes the checkpoint's files first, then replaces the
 small ``checkpoint`` index file (write to a temporary file, then rename), and only then deletes

@@ -6,7 +6,7 @@ top-level keys ``seed`` and ``output_dir``. It may also hold ``presets``: per-me
 that method. ``--set`` overrides apply last, so ``--set method.name=er`` picks the ER preset.
 
 Every key is checked against the dataclasses below (and, for ``method``, against the chosen
-method's own dataclass in ``gcl_tf/methods/<name>.py``) by :mod:`gcl_tf.schema`. An unknown
+method's own dataclass in ``gcl_tf/methods/configs.py``) by :mod:`gcl_tf.schema`. An unknown
 key, a wrong type or a value outside its allowed set raises :class:`~gcl_tf.errors.ConfigError`
 with one line naming the key and what is allowed. The ``tune`` section's search space is checked
 by :mod:`gcl_tf.tune` (only a search reads it).
@@ -25,7 +25,7 @@ from typing import Literal, Optional, Union
 
 import yaml
 
-from gcl_tf import methods, run_layout
+from gcl_tf import methods, precision, run_layout
 from gcl_tf.config_dicts import (  # noqa: F401 (re-exported: gcl_tf.config is where callers read them)
     _deep_merge,
     apply_overrides,
@@ -139,53 +139,51 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def resolve(raw: dict, overrides=(), method_keys: bool = True) -> Config:
+def resolve(raw: dict, overrides=()) -> Config:
     """Validate a raw mapping (already read from YAML) plus ``--set`` overrides into a Config.
 
-    The method's own keys are checked last, against its ``Config``. ``method_keys=False`` reads
-    that class from the method's source without importing the module, which imports TensorFlow
-    (gcl_tf/methods/keys.py; ``config.method`` is then an instance of that reading): the whole
-    config is checked in well under a second, so a command line reports its mistakes before
-    TensorFlow loads."""
-    raw = apply_overrides(raw, overrides)
-    presets = _presets(raw.pop("presets", None) or {})
-    name = _method_name(raw.get("method") or {})
+    The method's own keys are checked last, against its ``Config`` (the registry's, no
+    TensorFlow: a command line checks the whole config in well under a second), then the rules
+    between them and the rest of the run (:meth:`~gcl_tf.schema.MethodConfig.check`, the
+    precision the method supports)."""
+    raw, presets, name = _with_preset(raw, overrides)
     for preset_name, preset in presets.items():
         _check_preset(preset_name, preset)
-    # Presets apply on top of the file, --set on top of the preset.
-    if name in presets:
-        raw = apply_overrides(_deep_merge(raw, presets[name]), overrides)
-        raw.pop("presets", None)
     sections = dict(raw)
     method_section = sections.pop("method", None) or {}
     config = build_dataclass(Config, sections, "")
     config.method = MethodConfig(name=name)
     _check_consistency(config)
     config.benchmark.color_mode = settle_color_mode(config.benchmark)  # null: the folder's images' own
-    config_class = methods.config_class if method_keys else methods.read_config
     for preset_name, preset in presets.items():
-        _check_preset(preset_name, preset, config_class(preset_name))
+        _check_preset(preset_name, preset, methods.config_class(preset_name))
     # the selected name, whatever the default of the method's Config says
     try:
-        config.method = build_dataclass(config_class(name), {**method_section, "name": name}, "method")
+        config.method = build_dataclass(methods.config_class(name), {**method_section, "name": name}, "method")
     except ConfigError as error:  # a key of another method: say whose (issue 71)
-        raise of_another_method(error, name, method_section, config_class) from None
-    if not method_keys:
-        config.method.check(config)  # the method's own rules, before TensorFlow loads
-        return config
-    _check_method(config)
+        raise of_another_method(error, name, method_section, methods.config_class) from None
+    precision.check(name, config.train.mixed_precision, loss_scaling=config.method.supports_loss_scaling)
+    config.method.check(config)  # the method's own rules
     return config
+
+
+def _with_preset(raw: dict, overrides=()) -> tuple:
+    """``(raw, presets, method name)``: the file's mapping with the selected method's preset
+    merged on top and the ``--set`` overrides on top of both, without ``presets``."""
+    raw = apply_overrides(raw, overrides)
+    presets = _presets(raw.pop("presets", None) or {})
+    name = _method_name(raw.get("method") or {})
+    if name in presets:  # presets apply on top of the file, --set on top of the preset
+        raw = apply_overrides(_deep_merge(raw, presets[name]), overrides)
+        raw.pop("presets", None)
+    return raw, presets, name
 
 
 def stated_method_keys(raw: dict, overrides=()) -> dict:
     """The method's own keys a raw config states (the file, the selected preset and ``--set``,
-    merged as :func:`resolve` merges them), as written: all that is known of their values before
-    TensorFlow loads. Call it on a config :func:`resolve` accepted."""
-    raw = apply_overrides(raw, overrides)
-    presets = raw.pop("presets", None) or {}
-    name = (raw.get("method") or {}).get("name", MethodConfig.name)
-    if name in presets:
-        raw = apply_overrides(_deep_merge(raw, presets[name]), overrides)
+    merged as :func:`resolve` merges them), as written. Call it on a config :func:`resolve`
+    accepted."""
+    raw, _, _ = _with_preset(raw, overrides)
     return {key: value for key, value in (raw.get("method") or {}).items() if key != "name"}
 
 
@@ -248,15 +246,6 @@ def _check_consistency(config: Config) -> None:
         )
 
 
-def _check_method(config: Config) -> None:
-    """The rules that involve the method: its precision support and its own cross-key rules."""
-    from gcl_tf import precision  # (no TensorFlow import)
-
-    precision.check(config.method.name, config.train.mixed_precision,
-                    loss_scaling=methods.method_class(config.method.name).supports_loss_scaling)
-    config.method.check(config)  # a method's own cross-key rules
-
-
 def missing_data_path(benchmark) -> str | None:
     """The one-line problem when a local source's ``benchmark.path`` does not exist (what its
     loader would say, checked before anything loads), else None."""
@@ -274,7 +263,7 @@ def with_former_defaults(saved: dict) -> dict:
     saved = copy.deepcopy(saved)
     method = saved.get("method")
     if isinstance(method, dict) and method.get("name") in methods.REGISTRY:
-        for key, value in methods.read_config(method["name"]).former_defaults.items():
+        for key, value in methods.config_class(method["name"]).former_defaults.items():
             method.setdefault(key, value)
     return saved
 
@@ -298,36 +287,31 @@ def saved_by_gcl_tf(path: str) -> bool:
     return any(os.path.exists(os.path.join(folder, name)) for name in run_layout.SAVED_BESIDE_CONFIG)
 
 
-def read_config(path: str, method_keys: bool = True) -> dict:
+def read_config(path: str) -> dict:
     """A config file's mapping; a file a run or search saved (:func:`saved_by_gcl_tf`) as that run
     ran (:func:`with_former_defaults`), so that ``--config RUN/config.yaml`` (``--resume``, a rerun
-    elsewhere) trains what that run trained even when a default changed since. Those defaults are
-    the method's ``Config``'s, read without TensorFlow (gcl_tf/methods/keys.py), so the checks
-    before it loads see them too (``method_keys`` is kept for the callers; it changes nothing)."""
+    elsewhere) trains what that run trained even when a default changed since."""
     raw = load_yaml(path)
     return with_former_defaults(raw) if saved_by_gcl_tf(path) else raw
 
 
-def load_saved_config(path: str, method_keys: bool = True) -> Config:
-    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`;
-    ``method_keys``: see :func:`resolve`)."""
-    return resolve(with_former_defaults(load_yaml(path)), method_keys=method_keys)
+def load_saved_config(path: str) -> Config:
+    """The config.yaml a run saved, as that run ran (:func:`with_former_defaults`)."""
+    return resolve(with_former_defaults(load_yaml(path)))
 
 
-def load_config(path: Optional[str] = None, overrides=(), method_keys: bool = True) -> Config:
-    """The config of a YAML file and ``--set`` overrides (``method_keys``: see :func:`resolve`)."""
-    raw = read_config(path, method_keys) if path else {}
-    return resolve(raw, overrides, method_keys)
+def load_config(path: Optional[str] = None, overrides=()) -> Config:
+    """The config of a YAML file and ``--set`` overrides."""
+    return resolve(read_config(path) if path else {}, overrides)
 
 
 def precheck(path: str, overrides=()) -> Config:
-    """What a command line checks before TensorFlow loads (well under a second): the file, its
-    YAML, every key of the run's sections and the ``--set`` overrides (names, types, ranges, the
-    rules between them, the method and its keys), and the data's path (:func:`resolve`'s
-    ``method_keys=False``); :func:`load_config` builds the config again once TensorFlow is loaded."""
+    """What a command line checks before TensorFlow loads (well under a second): the config
+    (:func:`load_config`: the file, its YAML, every key and the ``--set`` overrides, names, types,
+    ranges and the rules between them) and the data's path."""
     from gcl_tf.errors import DataError
 
-    config = load_config(path, overrides, method_keys=False)
+    config = load_config(path, overrides)
     problem = missing_data_path(config.benchmark)
     if problem:
         raise DataError(problem)

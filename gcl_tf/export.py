@@ -120,7 +120,7 @@ def check_run_dir(run_dir: str, allow_unfinished: bool = True) -> None:
         raise UserError(f"RUN_DIR: the run is not finished (no {RESULTS}; its last checkpoint is of step {steps[-1]}); "
                         f"finish it with python -m gcl_tf.train --config {os.path.join(run_dir, CONFIG)} --resume, "
                         "or pass --allow-unfinished")
-    config_lib.load_config(os.path.join(run_dir, CONFIG), method_keys=False)
+    config_lib.load_config(os.path.join(run_dir, CONFIG))
 
 
 def load_run(run_dir: str, allow_unfinished: bool = False):

@@ -32,7 +32,7 @@ PACKAGE = "gcl_tf"
 def _classes() -> dict:
     from gcl_tf.methods import REGISTRY  # the registry: no TensorFlow, no Keras
 
-    return {**{cls: module for module, cls in REGISTRY.values()},
+    return {**{cls: module for module, cls, _ in REGISTRY.values()},
             "FusedBatchNormalization": "gcl_tf.backbones",
             "ContinualModel": "gcl_tf.methods.base"}  # the methods' base class (registered like them)
 

@@ -119,7 +119,7 @@ def start_from_learner(model, learner: str, learning_rate: float, num_tasks: int
                         f"({reason}); allowed: a learner.keras written by gcl_tf for the same method") from None
     model.optimizer.learning_rate = learning_rate
     offset = int(model.next_task.numpy())
-    capacity = model.constructor_arguments.get("num_tasks")  # task-aware methods: tasks their state has room for
+    capacity = model.get_config().get("num_tasks")  # task-aware methods: tasks their state has room for
     if capacity is not None and offset + num_tasks > capacity:
         raise UserError(f"init_from: the {model.name} learner has room for {capacity} tasks "
                         f"(benchmark.num_tasks of its run) and has begun {offset}; this run's {num_tasks} more do not "

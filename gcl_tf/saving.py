@@ -24,7 +24,7 @@ imports them all first.
 """
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import types
 
 import keras
@@ -79,43 +79,30 @@ class LearnerSaving:
     """Mixin of :class:`gcl_tf.methods.base.ContinualModel`: the Keras saving protocol for a
     method (constructor keywords as its config, the method state with its weights)."""
 
-    #: Keys whose default changed, with their former default (the method's ``Config``'s): a
-    #: learner saved before lacks them and ran with that value (set by gcl_tf/methods/keys.py).
-    former_defaults: dict = {}
-
-    def __new__(cls, *args, **kwargs):
-        instance = super().__new__(cls, *args, **kwargs)
-        try:  # the signature lists every keyword (gcl_tf/methods/keys.py)
-            bound = inspect.signature(cls).bind(*args, **kwargs)
-        except TypeError:  # the constructor says what is wrong
-            arguments = dict(kwargs)
-        else:
-            bound.apply_defaults()
-            arguments = dict(bound.arguments)
-        # A read-only mapping: Keras walks dicts of layers when it saves, not this.
-        vars(instance)["_constructor_arguments"] = types.MappingProxyType(arguments)
-        vars(instance)["_built_under_policy"] = keras.config.dtype_policy().name
-        return instance
-
-    @property
-    def constructor_arguments(self):
-        """The keywords the learner was constructed with (defaults filled in), read-only."""
-        return self._constructor_arguments
-
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         keras.saving.register_keras_serializable(package=cls.__module__.split(".")[0], name=cls.__name__)(cls)
 
+    def remember_construction(self, backbone) -> None:
+        """Keep what :meth:`get_config` needs besides the model's attributes: the backbone as given
+        (None: the method's default) and the Keras dtype policy its layers are built under. In a
+        read-only mapping written past Keras's attribute tracking: Keras saves the backbone's
+        weights where the method holds it, not here."""
+        vars(self)["_construction"] = types.MappingProxyType(
+            {"backbone": backbone, "dtype_policy": keras.config.dtype_policy().name})
+
     def get_config(self) -> dict:
-        """The constructor's keywords, as the learner is now (a batch size set by the first batch
-        included), the backbone as its Keras config and the dtype policy of its layers."""
-        config = dict(self.constructor_arguments)
-        config.update(num_classes=self.num_classes, input_shape=list(self.image_shape), seed=self.seed,
-                      batch_size=self.batch_size, eval_batch_size=self.eval_batch_size, name=self.name)
-        if config.get("backbone") is not None:
-            config["backbone"] = keras.saving.serialize_keras_object(config["backbone"])
-        config["dtype_policy"] = self._built_under_policy
-        return config
+        """The constructor's keywords, as the learner is now: its settings (the keys of its
+        ``Config``), the common keywords (a batch size set by the first batch included), the
+        backbone as its Keras config and the dtype policy of its layers. A method whose
+        constructor names more (``num_tasks``, ...) adds them (``super().get_config()``)."""
+        settings = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)
+                    if f.name != "name"}
+        backbone = self._construction["backbone"]
+        return {**settings, "backbone": None if backbone is None else keras.saving.serialize_keras_object(backbone),
+                "num_classes": self.num_classes, "input_shape": list(self.image_shape), "seed": self.seed,
+                "batch_size": self.batch_size, "eval_batch_size": self.eval_batch_size, "augment": self.augment,
+                "name": self.name, "dtype_policy": self._construction["dtype_policy"]}
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
@@ -123,8 +110,8 @@ class LearnerSaving:
 
         config = dict(config)
         # A learner saved before a key's default changed lacks the key: it ran with the former
-        # default (a method class's ``former_defaults``, its Config's).
-        for key, value in cls.former_defaults.items():
+        # default (its Config's ``former_defaults``).
+        for key, value in cls.Config.former_defaults.items():
             config.setdefault(key, value)
         policy = config.pop("dtype_policy", "float32")
         if isinstance(config.get("backbone"), dict):

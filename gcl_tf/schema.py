@@ -32,13 +32,19 @@ def value_range(lo=None, hi=None, lo_open=False, hi_open=False):
 @dataclass
 class MethodConfig:
     """Base of every method's config; each method file subclasses it with its own keys
-    (gcl_tf/methods/keys.py), and may override the two rule hooks."""
+    (gcl_tf/methods/configs.py), and may override the two rule hooks."""
 
     # The method's registry key (each method's Config defaults to its own).
     name: str = ""
     # Keys whose default changed, with the value they had before: a config or learner saved
     # before the change, which lacks the key, ran with that value, and reads back so.
     former_defaults: ClassVar[dict] = {}
+    # False for a method whose gradients do not go through ContinualModel.apply_gradients (it
+    # applies its own or moves the weights itself): no loss scaling, refused under mixed_float16.
+    supports_loss_scaling: ClassVar[bool] = True
+    # True for a method whose step applies benchmark.augment's in-step set to every image it trains
+    # on (:meth:`gcl_tf.methods.base.ContinualModel.augmented`); the others refuse one but none.
+    augments_in_step: ClassVar[bool] = False
 
     def check_settings(self, section: str = "method") -> None:
         """The rules between the method's own keys (``section``: how errors name them): a

@@ -12,10 +12,12 @@ a folder holding an unfinished run is refused without ``--resume`` or ``--overwr
 are gcl_tf/run_layout.py's. One run at a time holds ``DIR`` (a lock, see gcl_tf/faults.py); SIGTERM or Ctrl-C saves a
 checkpoint at the next step and stops (exit status 128 + the signal); docs/reliability.md.
 
-Reading order: :func:`main` checks the config, the folder, the paths and the data of a source read
-without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads; :func:`train_model` checks the
-data and the devices, holds the folder and restores (or builds) the model (:func:`restore`);
-:class:`gcl_tf.task_loop.TaskLoop` then fits the tasks in order and writes the learner and results.
+Reading order: :func:`main` (last in the file) checks the config, the folder, the paths and the
+data of a source read without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads, then calls
+:func:`run`; :func:`train_model`, top to bottom, loads the data, makes the strategy, checks the
+memory, holds the folder, builds or restores the model (:func:`build_training_state`) and lets
+:class:`gcl_tf.task_loop.TaskLoop` fit the tasks in order and write the learner and results; the
+checks it calls are above it.
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def check_resumable(output_dir: str, config) -> list[str]:
         raise NotResumable(f"{saved_path} is missing, so the run's config cannot be checked",
                            "start a new run in another --output")
     try:
-        saved = config_lib.load_saved_config(saved_path, method_keys=False).to_dict()
+        saved = config_lib.load_saved_config(saved_path).to_dict()
     except UserError as error:
         raise NotResumable(f"the run's {saved_path} is not a valid config ({error})",
                            "start a new run in another --output") from None
@@ -97,19 +99,6 @@ def check_init_from_folder(config, output_dir: Optional[str] = None) -> None:
     """init_from's folder holds a learner, before TensorFlow loads (gcl_tf.learner.check_init_from: the learner)."""
     if config.init_from is not None:
         check_init_folder(config.init_from, output_dir or config.output_dir)
-
-
-def model_class(config):
-    from gcl_tf import methods
-
-    return methods.method_class(config.method.name)
-
-
-def build_model(config, benchmark):
-    from gcl_tf import methods
-
-    # the method's layers under the configured Keras dtype policy (train.mixed_precision)
-    return methods.build(config, benchmark.input_shape, benchmark.num_classes)
 
 
 def make_strategy(config, cls):
@@ -140,9 +129,10 @@ def build_training_state(config, benchmark, output_dir: str, resume_from=None, i
     Everything that creates variables happens here (a distribution strategy's scope goes around
     this call).
     """
+    from gcl_tf import methods
     from gcl_tf.checkpoint import RunCheckpoints
 
-    model = build_model(config, benchmark)
+    model = methods.build(config, benchmark.input_shape, benchmark.num_classes)  # under train.mixed_precision's policy
     model.compile_for_training(config.train)
     checkpoints = RunCheckpoints(model, benchmark.num_tasks, output_dir)
     if resume_from is not None:
@@ -153,18 +143,6 @@ def build_training_state(config, benchmark, output_dir: str, resume_from=None, i
         offset = start_from_learner(model, init_from["learner"], config.train.learning_rate, benchmark.num_tasks)
         checkpoints.progress.task_offset.assign(offset)
         checkpoints.progress.first_step.assign(int(model.step_counter.numpy()))
-    return model, checkpoints
-
-
-def restore(config, benchmark, output_dir: str, strategy=None, resume_from=None, init_from=None):
-    """:func:`build_training_state` under the strategy's scope; a fresh run then starts its
-    folder (:func:`start_output`). Returns the model and its checkpoints."""
-    if strategy is not None:  # a distributed iterator reports its end as running out of data
-        warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from, init_from)
-    if resume_from is None:
-        start_output(output_dir, config, benchmark)
     return model, checkpoints
 
 
@@ -199,50 +177,10 @@ class TrainedModel(NamedTuple):
     model: object
 
 
-class RunPlan(NamedTuple):
-    """What a run does, decided once (:func:`plan_run`) before anything loads: its config (naming
-    its folder), the folder, whether it replaces or resumes what is there, and its output modes."""
-
-    config: object
-    output_dir: str
-    overwrite: bool
-    resume: bool
-    verbose: int
-    progress_seconds: float
-
-    def check_folder(self):
-        """The folder as the plan needs it (:func:`check_output`) and, resuming, the checkpoints to
-        resume from, newest first (:func:`check_resumable`; else None). Once when
-        the plan is made, for a quick answer, and once more under the folder's lock, now that no
-        other run can change it."""
-        check_output(self.output_dir, self.overwrite, self.resume)
-        if not self.resume:
-            return None
-        import_tensorflow()  # (quietly) the checkpoints' index is read with it
-        return check_resumable(self.output_dir, self.config)
-
-    def for_worker(self, scratch: str) -> "RunPlan":
-        """A non-chief worker's plan: it takes part in every step but writes into ``scratch``."""
-        config = dataclasses.replace(self.config, output_dir=scratch)
-        return RunPlan(config, scratch, overwrite=True, resume=False, verbose=0, progress_seconds=0)
-
-
-def plan_run(config, output_dir=None, overwrite: bool = False, resume: bool = False, verbose=None,
-             progress_seconds=None) -> RunPlan:
-    """The :class:`RunPlan` of a run of ``config`` into ``output_dir`` (default: the config's), its
-    folder checked (:meth:`RunPlan.check_folder`; no write, no TensorFlow)."""
-    output_dir = output_dir or config.output_dir
-    config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
-    verbose, progress_seconds = output_modes(config, verbose, progress_seconds)
-    plan = RunPlan(config, output_dir, overwrite, resume, verbose, progress_seconds)
-    plan.check_folder()
-    return plan
-
-
 def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
         progress_seconds=None) -> dict:
     """Train and evaluate one configuration; returns (and writes) the results dictionary
-    (:func:`train_model` also returns the trained model).
+    (:func:`train_model`, which reads top to bottom, also returns the trained model).
 
     ``resume``: continue from the last checkpoint in ``output_dir`` (the config must match the
     run's ``config.yaml``); a folder that holds an unfinished run needs ``resume`` or
@@ -253,8 +191,74 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
     (step, steps/s, time left) about that often while a task trains; None: every
     PROGRESS_SECONDS when ``verbose`` and the output is not a terminal (a log file), else none.
     """
-    with op_determinism_restored():  # a deterministic run leaves the process as it found it
-        return train_model(config, output_dir, overwrite, verbose, benchmark, resume, progress_seconds).results
+    return train_model(config, output_dir, overwrite, verbose, benchmark, resume, progress_seconds).results
+
+
+def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
+                progress_seconds=None) -> TrainedModel:
+    """:func:`run`, returning the trained model with the results: the folder (nothing written),
+    the data, the strategy, the memory estimate, then under the folder's lock the folder again
+    (another run may have changed it meanwhile), the model (built or restored) and the tasks
+    (:class:`gcl_tf.task_loop.TaskLoop`)."""
+    import keras
+    import tensorflow as tf
+
+    from gcl_tf import distribute, methods
+    from gcl_tf.data import ContinualBenchmark
+    from gcl_tf.data.streams import task_steps_per_epoch
+    from gcl_tf.resources import check_memory
+    from gcl_tf.task_loop import TaskLoop
+
+    output_dir = output_dir or config.output_dir
+    config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
+    verbose, progress_seconds = output_modes(config, verbose, progress_seconds)
+    check_folder(output_dir, config, overwrite, resume)  # a quick answer, nothing written (again under the lock)
+    multi_worker = config.train.distribute == "multi_worker"
+    if resume and multi_worker:
+        raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
+    with op_determinism_restored(), contextlib.ExitStack() as scratch:  # a deterministic run leaves it as it was
+        if config.train.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(config.seed)
+        if benchmark is None:  # the data: every task has a batch, before anything is written
+            benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
+            for task in benchmark.tasks:
+                task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
+        cls = methods.method_class(config.method.name)
+        strategy = make_strategy(config, cls)
+        if strategy is not None and not distribute.is_chief(strategy):  # takes part in every step, writes elsewhere
+            output_dir = scratch.enter_context(tempfile.TemporaryDirectory(prefix="gcl_tf-worker-"))
+            config = dataclasses.replace(config, output_dir=output_dir)
+            overwrite, resume, verbose, progress_seconds = True, False, 0, 0
+        init_from = None
+        if config.init_from is not None and not resume:  # a resumed run restores its own checkpoint
+            from gcl_tf.learner import check_init_from
+
+            init_from = check_init_from(config, benchmark, output_dir)
+        buffers = cls.memory_estimate(config, benchmark.input_shape, benchmark.num_classes)
+        if buffers:
+            check_memory(buffers, f"method.memory_size: {config.method.memory_size}", cls.memory_advice(config))
+        # One run at a time holds the folder; multi-worker training stops together or not at all
+        # (there a signal ends the process).
+        with undo_unsaved_run(output_dir, resume), exclusive(output_dir), \
+                StopSignals(enabled=not multi_worker) as stop:  # a run that fails before saving leaves nothing
+            resume_from = check_folder(output_dir, config, overwrite, resume)  # again: no other run can change it now
+            if strategy is not None:  # a distributed iterator reports its end as running out of data
+                warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+            with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from, init_from)
+            if resume_from is None:
+                start_output(output_dir, config, benchmark)
+            results = TaskLoop(config, output_dir, benchmark, model, checkpoints, strategy, stop, verbose,
+                               progress_seconds, init_from).run()
+    return TrainedModel(results, model)
+
+
+def check_folder(output_dir: str, config, overwrite: bool, resume: bool):
+    """The folder as the run needs it (:func:`check_output`) and, resuming, the checkpoints to
+    resume from, newest first (:func:`check_resumable`; else None)."""
+    check_output(output_dir, overwrite, resume)
+    return check_resumable(output_dir, config) if resume else None
 
 
 @contextlib.contextmanager
@@ -280,66 +284,6 @@ def output_modes(config, verbose, progress_seconds) -> tuple:
     if progress_seconds is None:
         progress_seconds = PROGRESS_SECONDS if verbose and not sys.stdout.isatty() else 0
     return verbose, progress_seconds
-
-
-def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
-                progress_seconds=None) -> TrainedModel:
-    """:func:`run`, returning the trained model with the results."""
-    return execute(plan_run(config, output_dir, overwrite, resume, verbose, progress_seconds), benchmark)
-
-
-def execute(plan: RunPlan, benchmark=None) -> TrainedModel:
-    """Carry out a :class:`RunPlan`: load the data (unless ``benchmark`` is given), check it, the
-    devices and the memory, then hold the folder and train (:func:`train_held`). A non-chief
-    worker of a multi-worker run trains the same steps into a scratch folder."""
-    import keras
-    import tensorflow as tf
-
-    from gcl_tf import distribute
-    from gcl_tf.data import ContinualBenchmark
-    from gcl_tf.data.streams import task_steps_per_epoch
-    from gcl_tf.resources import check_memory
-
-    config = plan.config
-    with contextlib.ExitStack() as scratch:
-        if config.train.deterministic:
-            tf.config.experimental.enable_op_determinism()
-        keras.utils.set_random_seed(config.seed)
-        if benchmark is None:
-            benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
-        for task in benchmark.tasks:  # every task has a batch, before anything is written
-            task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
-        if plan.resume and config.train.distribute == "multi_worker":
-            raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
-        strategy = make_strategy(config, model_class(config))
-        if strategy is not None and not distribute.is_chief(strategy):
-            plan = plan.for_worker(scratch.enter_context(tempfile.TemporaryDirectory(prefix="gcl_tf-worker-")))
-        init_from = None
-        if config.init_from is not None and not plan.resume:  # a resumed run restores its own checkpoint
-            from gcl_tf.learner import check_init_from
-
-            init_from = check_init_from(config, benchmark, plan.output_dir)
-        cls = model_class(config)
-        buffers = cls.memory_estimate(config, benchmark.input_shape, benchmark.num_classes)
-        if buffers:
-            check_memory(buffers, f"method.memory_size: {config.method.memory_size}", cls.memory_advice(config))
-        return train_held(plan, benchmark, strategy, init_from)
-
-
-def train_held(plan: RunPlan, benchmark, strategy, init_from) -> TrainedModel:
-    """Hold the run's folder (one run at a time), check it again under the lock, restore or build
-    the model and fit the tasks (:class:`gcl_tf.task_loop.TaskLoop`)."""
-    from gcl_tf.task_loop import TaskLoop
-
-    multi_worker = plan.config.train.distribute == "multi_worker"
-    # Multi-worker training stops together or not at all: there a signal ends the process.
-    with undo_unsaved_run(plan.output_dir, plan.resume), exclusive(plan.output_dir), \
-            StopSignals(enabled=not multi_worker) as stop:
-        resume_from = plan.check_folder()  # again, now that no other run can change the folder
-        model, checkpoints = restore(plan.config, benchmark, plan.output_dir, strategy, resume_from, init_from)
-        results = TaskLoop(plan.config, plan.output_dir, benchmark, model, checkpoints, strategy, stop, plan.verbose,
-                           plan.progress_seconds, init_from).run()
-    return TrainedModel(results, model)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -380,17 +324,15 @@ def main(argv=None) -> int:
     # TensorFlow: before TensorFlow loads, so they are reported in about a second (resuming, the
     # run's checkpoints and config.yaml once it loads).
     config = config_lib.precheck(args.config, overrides)
-    prechecks.train_folder(args.output, config, args.overwrite)  # another run's, with --overwrite or --resume too
-    plan = plan_run(config, args.output, args.overwrite, args.resume)
+    output_dir = prechecks.train_folder(args.output, config, args.overwrite)  # another run's, with --overwrite too
+    check_output(output_dir, args.overwrite, args.resume)
     if not args.resume:  # a resumed run restores its own checkpoint
-        check_init_from_folder(config, args.output)
+        check_init_from_folder(config, output_dir)
     prechecks.run_settings(config)
     benchmark = prechecks.early_benchmark(config)  # read once: the run trains on it
     import_tensorflow()  # quietly, before the method's module imports it
-    config = config_lib.load_config(args.config, overrides)  # the method's own Config, imported
     try:
-        with op_determinism_restored():
-            execute(plan._replace(config=dataclasses.replace(config, output_dir=plan.output_dir)), benchmark)
+        run(config, output_dir, args.overwrite, benchmark=benchmark, resume=args.resume)
     except Stopped as stop:
         raise stop.with_hint(f"resume with: {resume_command(argv)}") from None
     return 0

@@ -78,3 +78,22 @@ def load_script(*parts: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def dynamic_imports(tree) -> list:
+    """``[(module, line)]`` that ``tree`` imports by name at run time: ``importlib.import_module``
+    (or ``import_module``) of a string, or of an f-string whose literal start names a package
+    (``f"gcl_tf.data.{name}"``: ``gcl_tf.data``). A name computed otherwise is not seen."""
+    import ast
+
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", getattr(node.func, "id", None))
+                == "import_module"):
+            continue
+        target = node.args[0]
+        if isinstance(target, ast.Constant) and isinstance(target.value, str):
+            found.append((target.value, node.lineno))
+        elif isinstance(target, ast.JoinedStr) and target.values and isinstance(target.values[0], ast.Constant):
+            found.append((str(target.values[0].value).rpartition(".")[0], node.lineno))
+    return found

@@ -1,6 +1,5 @@
 """The Python API: methods built from keywords with a user's backbone and tf.data stream, fit per
 task (task boundaries included), gcl_tf.benchmarks and gcl_tf.run."""
-import dataclasses
 import inspect
 import json
 import os
@@ -100,72 +99,53 @@ def test_the_api_builds_the_model_the_cli_builds(make_config):
         np.testing.assert_array_equal(a, b)
 
 
-def test_constructor_keywords_are_the_config_keys_with_their_defaults():
-    """Every method's constructor lists each key of its Config (declared there once) with its
-    default and type, in its signature (help(), inspect.signature); a model built without keys
-    holds the Config's defaults, and the CLI (methods.build) builds it with the config's keys;
-    memory_size is declared once; the model's name is the registry key; the public gcl_tf.<Name>
-    is the registry's class."""
-    import typing
-
+def test_a_methods_keys_are_its_config_given_as_keywords_or_as_settings():
+    """Every method takes the keys of its Config (declared there once) as keywords or as one
+    ``settings=Config(...)``; a model built without keys holds the Config's defaults, and the CLI
+    (methods.build) builds it with the config's method section; memory_size is declared once; the
+    model's name is the registry key; the public gcl_tf.<Name> is the registry's class."""
     from gcl_tf.schema import MemoryMethodConfig
 
     for name in methods.names():
-        module, cls = methods.module(name), methods.method_class(name)
-        parameters = inspect.signature(cls).parameters
-        assert inspect.signature(cls.__init__).parameters.keys() - {"self"} == parameters.keys()
-        hints = typing.get_type_hints(module.Config)
-        for f in dataclasses.fields(module.Config):
-            if f.name == "name":
-                continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            assert parameters[f.name].default == default and parameters[f.name].annotation == hints[f.name], name
-            assert parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
-        assert ("memory_size" in module.Config.__dataclass_fields__) == issubclass(module.Config, MemoryMethodConfig)
-        assert "memory_size" not in module.Config.__annotations__, name  # declared once, in MemoryMethodConfig
+        cls = methods.method_class(name)
+        extra = {"num_tasks": 2} if "num_tasks" in inspect.signature(cls).parameters else {}
+        assert ("memory_size" in cls.Config.__dataclass_fields__) == issubclass(cls.Config, MemoryMethodConfig)
+        assert "memory_size" not in cls.Config.__annotations__, name  # declared once, in MemoryMethodConfig
         assert getattr(gcl_tf, cls.__name__) is cls and cls.__name__ in gcl_tf.__all__
-        model = cls(num_classes=10, input_shape=(8, 8, 1), **({"num_tasks": 2} if "num_tasks" in parameters else {}))
+        model = cls(num_classes=10, input_shape=(8, 8, 1), **extra)
         assert model.name == name and methods.registry_name(cls) == name
-        assert model.settings == module.Config()
+        assert model.settings == cls.Config()
     config = gcl_tf.config.resolve({"method": {"name": "gcl", "graph_lambda": 7.0, "memory_size": 30}})
     model = methods.build(config, (8, 8, 1), 10)
-    assert model.settings == config.method and model.graph_lambda == 7.0 and model.capacity == 30
+    assert model.settings == config.method and model.settings.graph_lambda == 7.0 and model.capacity == 30
+    from gcl_tf.methods.gcl.model import GCL
+
+    given = GCL(num_classes=10, input_shape=(8, 8, 1), settings=GCL.Config(graph_lambda=7.0, memory_size=30))
+    assert given.settings == model.settings and given.get_config()["graph_lambda"] == 7.0
 
 
-def test_a_method_class_that_breaks_the_rules_is_refused_when_defined():
-    """The scheme is enforced where a method is written: a constructor that names a key of its
-    Config (declared once, there), one that does not pass **keys on, a Config that declares
-    memory_size again. A subclass keeps its parent's Config, signature and registry key, and an
-    unknown keyword is Python's TypeError."""
-    from dataclasses import dataclass
-
+def test_a_wrong_key_is_refused_when_the_model_is_built():
+    """An unknown keyword is Python's TypeError; a value out of range a ConfigError naming the
+    class; ``settings`` of another class, or with keys besides, a TypeError. A subclass keeps its
+    parent's Config and registry key."""
     from gcl_tf.methods.er import ER
-    from gcl_tf.schema import MemoryMethodConfig
-
-    with pytest.raises(TypeError, match=r"its constructor names the key replay_batch_size, declared in "
-                                        r"gcl_tf.methods.er.Config"):
-        class Again(ER):
-            def __init__(self, backbone=None, *, num_classes, replay_batch_size=None, **keys):
-                super().__init__(backbone, num_classes=num_classes, **keys)
-    with pytest.raises(TypeError, match=r"its constructor must pass \*\*keys on to ContinualModel"):
-        class Closed(ER):
-            def __init__(self, backbone=None, *, num_classes):
-                super().__init__(backbone, num_classes=num_classes)
-    with pytest.raises(TypeError, match="memory_size is declared once, in MemoryMethodConfig"):
-        @dataclass
-        class Config(MemoryMethodConfig):
-            memory_size: int = 10
+    from gcl_tf.methods.mir import MIR
 
     class Subclass(ER):  # keeps ER's constructor, Config and registry key
         pass
 
-    assert inspect.signature(Subclass) == inspect.signature(ER)
     model = Subclass(num_classes=10, input_shape=(8, 8, 1), memory_size=5)
-    assert model.name == "er" and model.settings.memory_size == 5 and model.memory_size == 5
+    assert model.name == "er" and model.settings.memory_size == 5 and Subclass.Config is ER.Config
     with pytest.raises(ConfigError, match=r"^Subclass.memory_size: 0 is out of range"):
         Subclass(num_classes=10, input_shape=(8, 8, 1), memory_size=0)
+    with pytest.raises(ConfigError, match=r"^ER.memory_size: 0 is out of range"):
+        ER(num_classes=10, input_shape=(8, 8, 1), settings=ER.Config(memory_size=0))
     with pytest.raises(TypeError, match=r"^ER.__init__\(\) got an unexpected keyword argument 'memory'$"):
         ER(num_classes=10, input_shape=(8, 8, 1), memory=5)
+    with pytest.raises(TypeError, match=r"settings must be a MIRConfig"):
+        MIR(num_classes=10, input_shape=(8, 8, 1), settings=ER.Config())
+    with pytest.raises(TypeError, match=r"settings must be a ERConfig, given alone"):
+        ER(num_classes=10, input_shape=(8, 8, 1), settings=ER.Config(), memory_size=5)
 
 
 @pytest.mark.parametrize("name", methods.names())
@@ -292,7 +272,7 @@ def test_run_returns_the_results_it_writes(make_config, tmp_path):
 def test_import_gcl_tf_is_light():
     """``import gcl_tf`` imports neither TensorFlow nor Keras nor a method; the names load on first use."""
     code = ("import sys, gcl_tf; "
-            "loaded = [m for m in ('tensorflow', 'keras', 'gcl_tf.methods.gcl') if m in sys.modules]; "
+            "loaded = [m for m in ('tensorflow', 'keras', 'gcl_tf.methods.gcl.model') if m in sys.modules]; "
             "assert not loaded, loaded; "
             "assert gcl_tf.GCL.__name__ == 'GCL' and 'tensorflow' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})

@@ -200,8 +200,8 @@ def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path, text, f
 def test_layers_import_downward():
     """gcl_tf.schema <- gcl_tf.methods <- gcl_tf.config: no module of the lower layers imports one
     above it, at the top or inside a function (no hidden cycle); the methods' speed checks
-    (gcl_tf/speed/<method>/, the plug-ins of ``python -m gcl_tf.benchmark throughput|gpu``) sit
-    above the benchmark's machinery, which finds them by name."""
+    (gcl_tf/speed/, run by ``python -m gcl_tf.benchmark throughput|gpu``) sit above the
+    benchmark's machinery, which does not import them."""
     import ast
     import pathlib
 
@@ -219,29 +219,14 @@ def test_layers_import_downward():
                 assert not name.startswith(above), f"{path.relative_to(root)} imports {name}"
 
 
-def test_every_methods_config_is_read_from_its_source_as_its_module_declares_it():
-    """gcl_tf/methods/keys.py reads each registered method's Config without importing its module
-    (no TensorFlow): the same keys in the same order, with the same types, defaults, ranges,
-    former defaults and rules, for every method (a package like gcl/, a Config re-exported or
-    derived from another method's)."""
-    import dataclasses
-    import typing
-
+def test_every_method_class_names_the_registrys_config():
+    """The registry's ``Config`` (what a config's method section is checked against, before
+    TensorFlow loads) is the one the method class builds its settings from."""
     from gcl_tf import methods
-    from gcl_tf.methods import keys
 
-    for name, (module, _) in methods.REGISTRY.items():
-        read, imported = keys.read_config(module, loaded=False), methods.config_class(name)
-        assert read is not None and read is not imported, name
-        assert [(f.name, f.default, f.metadata) for f in dataclasses.fields(read)] == [
-            (f.name, f.default, f.metadata) for f in dataclasses.fields(imported)], name
-        assert typing.get_type_hints(read) == typing.get_type_hints(imported), name
-        assert read.former_defaults == imported.former_defaults and read() == read(**dataclasses.asdict(imported()))
-    gcl = keys.read_config("gcl_tf.methods.gcl", loaded=False)
-    with pytest.raises(ConfigError, match="context_batch: needs method.edge_memory"):  # its rules came along
-        gcl(context_batch=3).check_settings()
-    assert keys.read_config("gcl_tf.methods.nonexistent") is None  # unreadable: the full check only
-    assert keys.read_config("keras.layers") is None
+    for name in methods.names():
+        assert methods.method_class(name).Config is methods.config_class(name), name
+        assert methods.config_class(name)().name == name
 
 
 PRECHECK = """
@@ -263,10 +248,12 @@ print("TENSORFLOW", "tensorflow" in sys.modules)
     (["method.name=gcl", "method.context_batch=5"], "method.context_batch: needs method.edge_memory: embeddings"),
     (["method.name=mer", "train.optimizer=adam"], "train.optimizer: mer uses plain SGD steps"),
     (["method.name=er", "method.replay_batchsize=4"], "unknown key 'method.replay_batchsize'; did you mean"),
+    (["method.name=gem", "train.mixed_precision=mixed_float16"], "train.mixed_precision: mixed_float16 needs loss "
+                                                                 "scaling, which method gem"),
 ])
 def test_a_method_keys_mistake_is_answered_before_tensorflow_loads(tmp_path, overrides, expected):
     """The method's keys (names, types, ranges, its own rules) are checked by the command line's
-    precheck, which does not import TensorFlow (its Config is read from the method's source)."""
+    precheck, which does not import TensorFlow (its Config is in a module that does not)."""
     path = write(tmp_path, "benchmark: {name: permuted, source: digits, dataset: digits}\n")
     proc = subprocess.run([sys.executable, "-c", PRECHECK, path, *overrides], capture_output=True, text=True,
                           cwd=REPO, timeout=120)

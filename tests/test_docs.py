@@ -333,7 +333,7 @@ def test_graph_by_task_splits_the_test_graph_by_the_task_each_memory_slot_came_f
     """docs/results/graph_by_task.py on a finished GCL run: every memory slot is traced to its task
     (the shares of the tasks partition the memory), the run's means are the means of its task rows,
     and ``--by-task`` prints those rows."""
-    from test_reliability import GCL_RUN, train_in_process
+    from reliability_harness import GCL_RUN, train_in_process
 
     from helpers import load_script
 
@@ -361,7 +361,7 @@ def test_gcl_predictions_reproduces_the_runs_evaluation_and_reads_the_vote_besid
     import json
 
     import numpy as np
-    from test_reliability import train_in_process
+    from reliability_harness import train_in_process
 
     from gcl_tf import config as config_lib
     from gcl_tf.data import ContinualBenchmark

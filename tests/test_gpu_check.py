@@ -1,6 +1,7 @@
 """The GPU check (``python -m gcl_tf.benchmark gpu``), exercised on the CPU: ``--device cpu``
 splits the CPU into a host (CPU:0) and two devices under test (CPU:1, CPU:2), so that every
 assertion and output runs here; on a GPU machine only the device strings differ."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ def _env(**extra):
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_0(capsys):
     import tensorflow as tf
 
-    from gcl_tf.benchmark import gpu
+    from gcl_tf.speed import gpu
 
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("this machine has a GPU")
@@ -31,7 +32,7 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_0(capsys):
 
 
 def test_bad_variants_are_one_line_exit_2(capsys):
-    from gcl_tf.benchmark import gpu
+    from gcl_tf.speed import gpu
 
     for bad in ("float32,float64", "mixed_bfloat16"):  # unknown; no float32 baseline
         with pytest.raises(SystemExit) as info:
@@ -132,7 +133,8 @@ def test_the_whole_check_runs_on_cpu_devices_and_writes_its_report(tmp_path):
     assert report["failures"] == []
     assert report["verdict"]["supported"] is None  # no float32 + XLA pair measured
     anchor = report["anchor"]
-    if anchor["runs"]:  # torch is importable here: the anchor ran, and its ratios are in the table
+    assert bool(anchor["runs"]) == (importlib.util.find_spec("torch") is not None)  # the anchor runs where torch is
+    if anchor["runs"]:
         run = anchor["runs"]["gcl_mlp_step/eager"]
         assert run["ms"] > 0 and set(run["ratios"]) == {"float32", "bfloat16 + XLA"}
     else:

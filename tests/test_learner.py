@@ -11,7 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 import yaml
-from test_reliability import completed_run, train_in_process
+from reliability_harness import completed_run, train_in_process
 
 import gcl_tf
 from gcl_tf import methods, saving

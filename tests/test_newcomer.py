@@ -157,7 +157,7 @@ def test_the_methods_in_step_augmentation_read_from_their_sources_is_their_class
     from gcl_tf.method_hints import augmenting
 
     assert {m: augmenting(m) for m in methods.names()} == \
-           {m: bool(methods.method_class(m).augments_in_step) for m in methods.names()}
+           {m: bool(methods.config_class(m).augments_in_step) for m in methods.names()}
 
 
 # ----------------------------------------------------------------------------- the Python API's shapes (item 8)

@@ -109,8 +109,8 @@ def test_float16_scales_its_loss(method):
 def test_methods_without_loss_scaling_are_refused_under_float16_in_one_line(make_config):
     from gcl_tf import methods
 
-    # what each class declares (supports_loss_scaling); GEM and A-GEM project their gradients, MER moves its weights
-    refused = [name for name in methods.names() if not methods.method_class(name).supports_loss_scaling]
+    # what each Config declares (supports_loss_scaling); GEM and A-GEM project their gradients, MER moves its weights
+    refused = [name for name in methods.names() if not methods.config_class(name).supports_loss_scaling]
     assert {"gem", "agem", "mer"} <= set(refused) and "er" not in refused
     for method in methods.names():  # the others run under float16
         if method not in refused:

@@ -12,6 +12,7 @@ from gcl_tf import methods
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
 MAX_FILE_LINES = 400
+MAX_TEST_FILE_LINES = 600  # a test file a reader can hold: split by behaviour, shared harnesses beside
 MAX_FUNCTION_LINES = 60
 # Who may name a registered method: the methods themselves (gcl_tf/methods/); each method's own
 # speed checks, a room of their own above the benchmark's machinery (GCL's step timed against its
@@ -52,6 +53,12 @@ def test_no_file_and_no_function_is_too_long():
     assert not long_functions, f"over {MAX_FUNCTION_LINES} lines: {long_functions}"
 
 
+def test_no_test_file_is_too_long():
+    long_files = [f"{path.name}: {lines} lines" for path in sorted((ROOT.parent / "tests").glob("*.py"))
+                  if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_TEST_FILE_LINES]
+    assert not long_files, f"over {MAX_TEST_FILE_LINES} lines: {long_files}"
+
+
 def test_the_generic_layers_name_no_method_and_probe_no_model():
     """Outside gcl_tf/methods (and NAMES_METHODS) no module names a registered method or asks a
     model, a method class or a method's config what it has (hasattr, getattr with a default):
@@ -73,7 +80,7 @@ def test_the_generic_layers_name_no_method_and_probe_no_model():
 
 
 def test_every_file_of_the_package_is_package_data():
-    """Each file under gcl_tf/ besides its modules (py.typed, the stubs, data files) is listed in
+    """Each file under gcl_tf/ besides its modules (py.typed, data files) is listed in
     pyproject's package-data, so that an install holds it; the package is typed (PEP 561)."""
     tomllib = pytest.importorskip("tomllib")
     with open(ROOT.parent / "pyproject.toml", "rb") as handle:
@@ -85,30 +92,22 @@ def test_every_file_of_the_package_is_package_data():
 
     files = [path for path in ROOT.rglob("*") if path.is_file() and "__pycache__" not in path.parts
              and path.suffix not in (".py", ".pyc")]
-    assert (ROOT / "py.typed").is_file() and any(path.suffix == ".pyi" for path in files)
+    assert (ROOT / "py.typed").is_file()
     missing = [str(path.relative_to(ROOT.parent)) for path in files if not shipped(path)]
     assert not missing, f"not in pyproject's [tool.setuptools.package-data]: {missing}"
 
 
-def test_no_method_module_keeps_an_alias_of_its_class():
-    """The registry names each method's class; ``Method = X`` aliases are gone (one name a class)."""
-    for name, (path, tree) in sources().items():
-        if name.startswith("gcl_tf.methods"):
-            aliases = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                       if isinstance(t, ast.Name) and isinstance(node.value, ast.Name) and t.id == "Method"]
-            assert not aliases, name
-
-
-def test_one_task_class():
-    classes = [f"{name}.{node.name}" for name, (_, tree) in sources().items() for node in ast.walk(tree)
-               if isinstance(node, ast.ClassDef) and node.name == "Task"]
-    assert classes == ["gcl_tf.data.protocols.Task"], classes
-
-
 def imports(tree, module: str, modules: dict, is_package: bool) -> set:
     """The package's modules ``tree`` imports, at its top or inside a function (``from a import b``
-    counts ``a.b`` when that is a module, else ``a``)."""
+    counts ``a.b`` when that is a module, else ``a``), or by name (``importlib.import_module``)."""
+    from helpers import dynamic_imports
+
     found = set()
+    for target, _ in dynamic_imports(tree):
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != module:
+            found.add(target)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]

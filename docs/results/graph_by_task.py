@@ -31,8 +31,10 @@ def analyse(run_dir: str, per_task: int = 500) -> dict:
     from gcl_tf.checkpoint import latest_checkpoint
     from gcl_tf.data import ContinualBenchmark
     from gcl_tf.data.streams import to_float
-    from gcl_tf.methods.gcl import edge_logits
-    from gcl_tf.methods.gcl.graph import label_vote_logits  # GCL's test_prediction: vote
+    from gcl_tf.methods.gcl.graph import (
+        edge_logits,
+        label_vote_logits,  # GCL's test_prediction: vote
+    )
     from gcl_tf.train import build_training_state
 
     config = config_lib.load_config(os.path.join(run_dir, "config.yaml"))

@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from gcl_tf.methods.gcl import logistic_noise
+from gcl_tf.methods.gcl.graph import logistic_noise
 
 
 def median_ms(fn, repeats=40):

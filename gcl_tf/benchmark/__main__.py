@@ -1,7 +1,10 @@
 """``python -m gcl_tf.benchmark <command> [args...]``: dispatch to a subcommand module.
 
-A subcommand is a module ``gcl_tf.benchmark.<command>`` with ``main(argv=None) -> int`` (its own
-argparse, ``prog="python -m gcl_tf.benchmark <command>"``), imported when it is chosen.
+A subcommand is a module with ``main(argv=None) -> int`` (its own argparse,
+``prog="python -m gcl_tf.benchmark <command>"``), imported when it is chosen: ``gcl_tf.benchmark.<command>``,
+or for the speed commands ``gcl_tf.speed.<command>`` (they run the lead method's speed checks, a
+room above this package). This module is the program's entry, imported by no module, so it may
+reach any room (tests/test_layout.py).
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ COMMANDS = {
     "plots": ("gcl_tf.benchmark.plots",
               "redraw every table and figure of a suite from its saved results (no training)"),
     "presets": ("gcl_tf.benchmark.presets", "check that every config's presets learn on a short stream of real data"),
-    "throughput": ("gcl_tf.benchmark.throughput", "speed measurements (docs/performance.md)"),
-    "gpu": ("gcl_tf.benchmark.gpu",
+    "throughput": ("gcl_tf.speed.throughput", "speed measurements (docs/performance.md)"),
+    "gpu": ("gcl_tf.speed.gpu",
             "the GPU check: speed with XLA and mixed precision, placement, a mirrored run (docs/gpu.md)"),
 }
 

@@ -91,7 +91,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
             return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, method_keys, default)
 
         def trunk(m):
-            model = config_lib.load_config(path, [f"method.name={m}", *overrides], False).to_dict()["model"]
+            model = config_lib.load_config(path, [f"method.name={m}", *overrides]).to_dict()["model"]
             return layout.trunk_of(model)
 
         planned = _benchmark_runs(b, path, studies, study_benchmarks, wanted_methods, sizes, trunks, lambdas,
@@ -102,7 +102,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
                     if (b, variant, seed) in seen:
                         continue
                     sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
-                    config = config_lib.load_config(path, sets, method_keys)
+                    config = config_lib.load_config(path, sets)
                     stated = None if method_keys else config_lib.stated_method_keys(config_lib.read_config(path), sets)
                     seen[(b, variant, seed)] = run = Run(b, variant, method, seed, study, path, sets, config, stated)
                     runs.append(run)

@@ -59,7 +59,7 @@ def preset_backbones(config_dir: str, benchmark: str, methods, overrides) -> set
     path = os.path.join(config_dir, benchmark + ".yaml")
     presets = preset_methods(path)
     chosen = [m for m in (methods or presets) if m in presets]
-    return {config_lib.load_config(path, [f"method.name={m}", *overrides], False).model.backbone for m in chosen}
+    return {config_lib.load_config(path, [f"method.name={m}", *overrides]).model.backbone for m in chosen}
 
 
 def backbone_benchmarks(config_dir: str, benchmarks, every: bool, methods, overrides, log) -> list[str]:

@@ -57,7 +57,7 @@ def finished_as_stated(run, folder: str) -> bool:
     if saved is None:
         return False
     try:
-        today = config_lib.resolve(saved, method_keys=False).to_dict()  # a key added since: its default
+        today = config_lib.resolve(saved).to_dict()  # a key added since: its default
     except UserError:
         today = dict(saved)
     method = saved.get("method") if isinstance(saved.get("method"), dict) else {}

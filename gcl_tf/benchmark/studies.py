@@ -52,7 +52,7 @@ def has_memory(method: str) -> bool:
     ``MemoryMethodConfig``; read without TensorFlow)."""
     from gcl_tf import methods as registry
 
-    return method in registry.REGISTRY and issubclass(registry.read_config(method), MemoryMethodConfig)
+    return method in registry.REGISTRY and issubclass(registry.config_class(method), MemoryMethodConfig)
 
 
 def memory_methods(path: str, presets, methods=()) -> list[str]:

@@ -10,16 +10,14 @@ from gcl_tf.benchmark.timing import median_seconds
 
 def make_model(method: str, input_shape, memory: int | None = None, backbone: str = "mlp", hidden: int = 256,
                steps_per_execution: int = 1, mixed_precision: str = "float32", augment: str = "none",
-               filters: int | None = None, **method_keys):
-    """The method's model, compiled for training, built from a small config: SGD at 0.1, or what
-    its speed checks' ``SETTINGS`` say (gcl_tf/speed/), under ``method_keys``."""
-    import importlib
-
+               filters: int | None = None, settings: dict | None = None, **method_keys):
+    """The method's model, compiled for training, built from a small config: SGD at 0.1, or the
+    config sections ``settings`` give (a method's speed checks' ``SETTINGS``: gcl_tf.speed.make_model
+    passes them), under ``method_keys``."""
     from gcl_tf import config as config_lib
     from gcl_tf import methods
 
-    # gcl_tf.speed is a plug-in room above this one (it uses this module): found by name.
-    settings = importlib.import_module("gcl_tf.speed").settings(method)
+    settings = settings or {}
     method_section = {**settings.get("method", {}), "name": method, **method_keys}
     if memory is not None:
         method_section["memory_size"] = memory

@@ -45,13 +45,14 @@ def random_flips(images: np.ndarray, seed: int, task_index: int) -> np.ndarray:
 
 
 def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task_index: int,
-                  skip_batches: int = 0, augment: str = "none") -> tuple[tf.data.Dataset, int]:
+                  augment: str = "none") -> tuple[tf.data.Dataset, int]:
     """All epochs of one task's training stream and the number of steps per epoch.
 
-    ``skip_batches`` resumes a stream part-way (the order and the augmentation do not depend on
-    it). ``augment="flip"`` mirrors each sample of the stream with probability 1/2 (every epoch
-    draws anew), before the model sees it; an in-step set (``"ocl"``, ``"crop_flip"``) leaves
-    the stream as read (the model augments inside its step).
+    The stream depends on the seed and the task only, so a resumed task skips the batches done
+    (``dataset.skip``, gcl_tf/task_loop.py) and sees the rest of the same stream. ``augment="flip"``
+    mirrors each sample of the stream with probability 1/2 (every epoch draws anew), before the
+    model sees it; an in-step set (``"ocl"``, ``"crop_flip"``) leaves the stream as read (the model
+    augments inside its step).
     """
     n = len(data)
     steps_per_epoch = task_steps_per_epoch(n, batch_size, task_index)
@@ -65,9 +66,8 @@ def train_dataset(data: SplitData, batch_size: int, epochs: int, seed: int, task
         images = random_flips(images, seed, task_index)
     elif augment not in IN_STEP_AUGMENTATIONS:  # ocl: the model augments inside its step
         raise ValueError(f"unknown augmentation {augment!r}")
-    skip = skip_batches * batch_size
-    images = images[skip:].reshape((-1, batch_size) + data.images.shape[1:])  # [batches, B, ...]
-    labels = data.labels[order[skip:]].astype(np.int32).reshape(-1, batch_size)
+    images = images.reshape((-1, batch_size) + data.images.shape[1:])  # [batches, B, ...]
+    labels = data.labels[order].astype(np.int32).reshape(-1, batch_size)
     ds = tf.data.Dataset.from_tensor_slices((images, labels))
     return ds.prefetch(tf.data.AUTOTUNE), steps_per_epoch
 

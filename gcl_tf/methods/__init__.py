@@ -1,15 +1,16 @@
 """Continual-learning methods: one module each, registered by name in :data:`REGISTRY`.
 
-A method is its module plus one line here: ``"key": ("module", "ClassName")``, placed where its
-row goes in the benchmark's tables and figures. The module defines ``Config`` (a dataclass
-subclassing :class:`gcl_tf.schema.MethodConfig`: the method's keys, each with its type, range,
-default and comment, written once) and the class, a :class:`gcl_tf.methods.base.ContinualModel`
-whose constructor takes those keys as ``**keys`` (gcl_tf/methods/keys.py gives it the signature
-that lists them). Everything else is read from the class: the public name
-``gcl_tf.<ClassName>``, its label in tables, the tuner's default space, distribution and precision
-support and the memory estimate (docs/api.md, "Adding a method"). Modules are imported on first
-use; this file imports nothing heavy (``import gcl_tf`` reads the registry without TensorFlow), and
-a method's keys are read without importing its module (:func:`read_config`).
+A method is its module plus one line here: ``"key": ("module", "ClassName", Config)``, placed
+where its row goes in the benchmark's tables and figures. ``Config`` is the method's keys, a
+dataclass subclassing :class:`gcl_tf.schema.MethodConfig` (each key once, with its type, range,
+default and comment) in a module that imports no TensorFlow (:mod:`gcl_tf.methods.configs`,
+:mod:`gcl_tf.methods.gcl.config`); the class, a :class:`gcl_tf.methods.base.ContinualModel`,
+names it (``Config = ERConfig``) and takes its keys as keywords or as ``settings=``.
+Everything else is read from the class: the public name ``gcl_tf.<ClassName>``, its label in
+tables, the tuner's default space, distribution support and the memory estimate (docs/api.md,
+"Adding a method"). Modules are imported on first use; this file imports nothing heavy
+(``import gcl_tf`` reads the registry without TensorFlow, and a config's method keys are
+checked against ``Config`` before TensorFlow loads).
 """
 from __future__ import annotations
 
@@ -17,40 +18,44 @@ import importlib
 import importlib.util
 import inspect
 
+from gcl_tf import precision
 from gcl_tf.data.config import IN_STEP_AUGMENTATIONS
-from gcl_tf.methods import keys
+from gcl_tf.methods import configs
+from gcl_tf.methods.gcl import config as gcl_config
 
 REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's method, last)
-    "finetune": ("gcl_tf.methods.finetune", "Finetune"),
-    "ewc": ("gcl_tf.methods.ewc", "EWC"),
-    "icarl": ("gcl_tf.methods.icarl", "ICaRL"),
-    "gem": ("gcl_tf.methods.gem", "GEM"),
-    "agem": ("gcl_tf.methods.agem", "AGEM"),
-    "er": ("gcl_tf.methods.er", "ER"),
-    "mer": ("gcl_tf.methods.mer", "MER"),
-    "derpp": ("gcl_tf.methods.derpp", "DERPP"),
-    "er_ace": ("gcl_tf.methods.er_ace", "ERACE"),
-    "mir": ("gcl_tf.methods.mir", "MIR"),
-    "onpro": ("gcl_tf.methods.onpro", "OnPro"),
-    "gcl": ("gcl_tf.methods.gcl", "GCL"),
+    "finetune": ("gcl_tf.methods.finetune", "Finetune", configs.FinetuneConfig),
+    "ewc": ("gcl_tf.methods.ewc", "EWC", configs.EWCConfig),
+    "icarl": ("gcl_tf.methods.icarl", "ICaRL", configs.ICaRLConfig),
+    "gem": ("gcl_tf.methods.gem", "GEM", configs.GEMConfig),
+    "agem": ("gcl_tf.methods.agem", "AGEM", configs.AGEMConfig),
+    "er": ("gcl_tf.methods.er", "ER", configs.ERConfig),
+    "mer": ("gcl_tf.methods.mer", "MER", configs.MERConfig),
+    "derpp": ("gcl_tf.methods.derpp", "DERPP", configs.DERPPConfig),
+    "er_ace": ("gcl_tf.methods.er_ace", "ERACE", configs.ERACEConfig),
+    "mir": ("gcl_tf.methods.mir", "MIR", configs.MIRConfig),
+    "onpro": ("gcl_tf.methods.onpro", "OnPro", configs.OnProConfig),
+    "gcl": ("gcl_tf.methods.gcl.model", "GCL", gcl_config.Config),
 }
 DEFAULT = "gcl"  # the paper's method: what a config without method.name runs
+#: The keywords every method's constructor takes (ContinualModel's).
+COMMON_KEYWORDS = ("input_shape", "num_classes", "name", "seed", "batch_size", "eval_batch_size", "augment")
 
 
 def names() -> list[str]:
     """Names of the methods whose module is present."""
-    return [name for name, (module, _) in REGISTRY.items() if importlib.util.find_spec(module) is not None]
+    return [name for name, (module, _, _) in REGISTRY.items() if importlib.util.find_spec(module) is not None]
 
 
 def exports() -> dict:
     """``{public class name: (module, class name)}``: the ``gcl_tf.<Name>`` of every method."""
-    return {cls: (module, cls) for module, cls in REGISTRY.values()}
+    return {cls: (module, cls) for module, cls, _ in REGISTRY.values()}
 
 
 def registered_as(cls) -> str | None:
     """The registry key of ``cls`` itself (defined in its registry module or a module of that
     package), else None."""
-    for name, (module, class_name) in REGISTRY.items():
+    for name, (module, class_name, _) in REGISTRY.items():
         if cls.__name__ == class_name and (cls.__module__ == module or cls.__module__.startswith(module + ".")):
             return name
     return None
@@ -67,14 +72,8 @@ def module(name: str):
 
 
 def config_class(name: str):
-    """The method's ``Config``, from its module (imported: TensorFlow loads)."""
-    return module(name).Config
-
-
-def read_config(name: str):
-    """The method's ``Config`` without importing its module where it can be read so
-    (:func:`gcl_tf.methods.keys.read_config`), else from the imported module."""
-    return keys.read_config(REGISTRY[name][0]) or config_class(name)
+    """The method's ``Config`` (its keys; no TensorFlow: the registry holds it)."""
+    return REGISTRY[name][2]
 
 
 def method_class(name: str):
@@ -88,13 +87,13 @@ def distributed_names() -> list[str]:
 
 def augmenting_names() -> list[str]:
     """Names of the methods that take an in-step augmentation (``augments_in_step``)."""
-    return [name for name in names() if method_class(name).augments_in_step]
+    return [name for name in names() if config_class(name).augments_in_step]
 
 
 def run_arguments(config, input_shape, num_classes: int) -> dict:
     """What the method's constructor takes from a run's config besides its ``method`` keys and
-    the backbone: the seed, the batch sizes, the stream's classes and tasks (only the keywords
-    the constructor accepts)."""
+    the backbone: the common keywords every method takes (the seed, the batch sizes, the
+    classes, ...) and those of the stream's tasks its constructor names (``num_tasks``, ...)."""
     b = config.benchmark
     run = {
         "input_shape": tuple(int(d) for d in input_shape),
@@ -109,25 +108,20 @@ def run_arguments(config, input_shape, num_classes: int) -> dict:
         "multi_head": b.multi_head,
         "augment": b.augment if b.augment in IN_STEP_AUGMENTATIONS else "none",  # flip: the stream's own
     }
-    accepted = inspect.signature(method_class(config.method.name)).parameters
-    return {key: value for key, value in run.items() if key in accepted}
+    named = inspect.signature(method_class(config.method.name)).parameters
+    return {key: value for key, value in run.items() if key in COMMON_KEYWORDS or key in named}
 
 
 def build(config, input_shape, num_classes: int):
-    """The method a run's config describes: its ``method`` keys as keywords, the backbone from
-    ``model``, and from the other sections what the method's constructor takes
+    """The method a run's config describes: its ``method`` section as its settings, the backbone
+    from ``model``, and from the other sections what the method's constructor takes
     (:func:`run_arguments`); its layers under the configured Keras dtype policy
-    (``train.mixed_precision``, checked first: gcl_tf/precision.py)."""
-    from gcl_tf import precision
-    from gcl_tf.backbones import build_backbone, torch_default_init
+    (``train.mixed_precision``, which :func:`gcl_tf.config.resolve` checked against the method)."""
+    from gcl_tf.backbones import build_backbone, torch_default_init  # (TensorFlow: deferred to a build)
 
-    policy = config.train.mixed_precision
-    cls = method_class(config.method.name)
-    precision.check(config.method.name, policy, loss_scaling=cls.supports_loss_scaling)
-    values = {f.name: getattr(config.method, f.name) for f in keys.key_fields(type(config.method))}
-    with precision.policy_scope(policy):
-        method = cls(**values, backbone=build_backbone(config.model, input_shape),
-                     **run_arguments(config, input_shape, num_classes))
+    with precision.policy_scope(config.train.mixed_precision):
+        method = method_class(config.method.name)(build_backbone(config.model, input_shape), settings=config.method,
+                                                  **run_arguments(config, input_shape, num_classes))
     if config.model.initializer == "torch":
         torch_default_init(method)
     return method

@@ -15,8 +15,6 @@ Deviation: the original keeps a ring buffer per class within each task; here one
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import tensorflow as tf
 
 from gcl_tf import salts
@@ -33,15 +31,7 @@ from gcl_tf.methods.common import (
     flatten,
     unflatten,
 )
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "agem"
-    # Memory samples behind the reference gradient (the original's eps_mem_batch, 256).
-    agem_batch_size: int = field(default=256, metadata=value_range(1))
-
+from gcl_tf.methods.configs import AGEMConfig
 
 # ----------------------------------------------------------------------------- pure math
 
@@ -68,10 +58,12 @@ class AGEM(ContinualModel):
     the reference gradient; ``multi_head``: each loss sees only its task's classes. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = AGEMConfig
+    settings: AGEMConfig
+
     label = "A-GEM"
     style = ("#9467bd", "v")
     task_free = False
-    supports_loss_scaling = False  # it projects its gradients itself
     test_settings = {"memory_size": 20, "agem_batch_size": 10}
 
     @classmethod
@@ -82,13 +74,16 @@ class AGEM(ContinualModel):
     def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         T = int(num_tasks)
-        self.num_tasks = T
+        self.num_tasks, self.multi_head = T, bool(multi_head)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.task_classes = TaskClasses(T, self.num_classes, multi_head)
         self.memory = TaskMemory(T, per_task_memory(self.settings.memory_size, T, "agem"), self.image_shape)
         # The memory of past tasks never exceeds (T - 1) * n samples.
         past_capacity = max(1, (T - 1) * self.memory.per_task)
         self.reference_size = min(int(self.settings.agem_batch_size), past_capacity)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tasks": self.num_tasks, "multi_head": self.multi_head}
 
     def call(self, x, training=False):
         return self.network(x, training=training)

@@ -12,10 +12,11 @@ and, when it needs task boundaries (``task_free = False``), ``on_task_begin`` / 
 span in which the model's state does not change, so that a method may compute what depends only
 on that state once for all test batches (``on_evaluation_begin`` / ``on_evaluation_end``).
 
-Constructors take the method's own keys (the fields of its module's ``Config``, declared there
-once: a subclass's ``__init__`` takes them as ``**keys`` and passes them on; they are checked here,
-before the subclass's ``__init__`` goes on, and kept as ``self.settings``; gcl_tf/methods/keys.py
-lists them in the class's signature) and these common ones, listed or passed on in ``**keys``:
+Constructors take the method's own keys, the fields of the class's ``Config`` (a dataclass
+declared once, without TensorFlow: gcl_tf/methods/configs.py), either as keywords or as one
+``settings=Config(...)`` (which a type checker sees); a subclass's ``__init__`` passes them on in
+``**keys``; they are checked here, before the subclass's ``__init__`` goes on, and kept as
+``self.settings``, where the method reads them. The common keywords, listed or passed on in ``**keys``:
 ``backbone`` (a ``keras.Model`` from images ``[N, H, W, C]`` to features ``[N, D]``; None: a
 two-layer MLP of 256 units), ``num_classes``, ``input_shape`` (an image's shape; None: the
 backbone's declared input), ``seed`` (the method's randomness: memory sampling, graph noise),
@@ -24,19 +25,20 @@ batches of it, a last partial batch dropped, so that the compiled step keeps one
 ``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size),
 ``augment`` (an in-step augmentation set of :mod:`gcl_tf.augment`, ``"none"``, ``"ocl"`` or ``"crop_flip"``: the
 method applies it to the images it trains on, incoming and replayed, inside the compiled step;
-its memory keeps the raw images; only a class with ``augments_in_step`` takes one),
+its memory keeps the raw images; only a method whose ``Config`` says ``augments_in_step`` takes one),
 ``name`` (None: the method's registry key).
 
 What the library reads from a method class (docs/api.md, "Adding a method"), with defaults for a
-method that declares nothing: ``task_free``, ``supports_distribution``, ``supports_loss_scaling``
-(mixed_float16), ``tune_grid`` (the tuner's default space), ``memory_slots`` and
-``memory_fields`` (the episodic memory, for the memory estimate). A class that breaks a rule of
-this contract is refused when it is defined (:func:`gcl_tf.methods.keys.declare`).
+method that declares nothing: ``task_free``, ``supports_distribution``, ``tune_grid`` (the
+tuner's default space), ``memory_slots`` and ``memory_fields`` (the episodic memory, for the
+memory estimate); :class:`~gcl_tf.methods.hooks.Hooks`.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
+import dataclasses
+import inspect
+from typing import ClassVar, Optional
 
 import keras
 import tensorflow as tf
@@ -47,10 +49,10 @@ from gcl_tf.distribute import apply_if
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
-from gcl_tf.methods import keys as method_keys
 from gcl_tf.methods.hooks import Hooks
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
+from gcl_tf.schema import MethodConfig, build_dataclass, did_you_mean
 
 NEG_INF = -1e9
 
@@ -112,19 +114,20 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
     memory too) and :func:`gcl_tf.load_model` loads it, ready to go on learning (gcl_tf/saving.py).
     What the library reads from a method, with defaults: :class:`~gcl_tf.methods.hooks.Hooks`."""
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        method_keys.declare(cls, ContinualModel)
+    #: The method's keys (a subclass names its own; a class derived from a method keeps its parent's).
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+    #: The keys it was built with, checked (types, ranges, the rules between keys): where it reads them.
+    settings: MethodConfig
 
     def __init__(self, backbone=None, *, num_classes: int, input_shape=None, seed: int = 0,
                  batch_size: Optional[int] = None, eval_batch_size: Optional[int] = None, augment: str = "none",
-                 name: Optional[str] = None, **keys):
+                 name: Optional[str] = None, settings: Optional[MethodConfig] = None, **keys):
         # The method itself computes in float32 whatever train.mixed_precision gives its layers
         # (gcl_tf/precision.py): no autocast of its own weights, float32 around the layers.
         name = name or methods.registry_name(type(self)) or type(self).__name__.lower()
         super().__init__(name=name, dtype="float32")
-        #: The method's own keys (its ``Config``, checked: types, ranges, the rules between keys).
-        self.settings = method_keys.settings(type(self), keys)
+        self.settings = self.checked_settings(settings, keys)
+        self.remember_construction(backbone)
         self.image_shape = infer_input_shape(input_shape, backbone, self.name)
         self.num_classes = int(num_classes)
         self.seed = int(seed)
@@ -145,13 +148,33 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
         self.eval_loss_tracker = keras.metrics.Mean(name="loss")
 
+    def checked_settings(self, settings: Optional[MethodConfig], keys: dict) -> MethodConfig:
+        """The class's ``Config`` from ``settings`` (one, as a type checker sees it) or from the
+        keywords ``keys``: a TypeError for a keyword that is no key (as Python says it), a
+        ConfigError naming ``Class.key`` for a wrong type, a value out of range or a broken rule."""
+        cls, config = type(self), self.Config
+        names = [f.name for f in dataclasses.fields(config) if f.name != "name"]
+        for key in keys:
+            if key not in names:  # with a did-you-mean (issue 71): GCL(graph_lamda=5)
+                hint = did_you_mean(key, names + list(inspect.signature(cls.__init__).parameters))
+                raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {key!r}"
+                                + (f"; {hint.strip()}" if hint else ""))
+        if settings is not None:
+            if keys or not isinstance(settings, config):
+                raise TypeError(f"{cls.__name__}.__init__(): settings must be a {config.__qualname__}, given alone "
+                                f"(not with keys as keywords)")
+            keys = {key: getattr(settings, key) for key in names}
+        built = build_dataclass(config, keys, cls.__name__)
+        built.check_settings(cls.__name__)
+        return built
+
     def check_augment(self, augment: str) -> str:
         """``augment`` if this method takes it (see the module docstring), else a ConfigError."""
         from gcl_tf.augment import IN_STEP
 
         if augment not in IN_STEP:
             raise ConfigError(f"augment: {augment!r} is not an in-step augmentation; allowed: {', '.join(IN_STEP)}")
-        if augment != "none" and not self.augments_in_step:
+        if augment != "none" and not self.settings.augments_in_step:
             raise ConfigError(f"augment: {self.name} does not augment inside its step; allowed: none (in-step "
                               f"augmentation is for {', '.join(methods.augmenting_names())})")
         return augment
@@ -200,19 +223,17 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
                 self.on_evaluation_end()
 
     @contextlib.contextmanager
-    def evaluation_variant(self, settings: dict):
-        """Predictions with the model's attributes set to ``settings`` (one of
-        :meth:`evaluation_variants`; prediction-time attributes only: training is unchanged). The
-        compiled test and predict functions are rebuilt on entry and again on exit."""
-        saved = {name: getattr(self, name) for name in settings}
+    def evaluation_variant(self, changes: dict):
+        """Predictions with the model's settings changed by ``changes`` (one of
+        :meth:`evaluation_variants`, ``{key: value}``; prediction-time keys only: training is
+        unchanged). The compiled test and predict functions are rebuilt on entry and again on exit."""
+        saved = self.settings
         try:
-            for name, value in settings.items():
-                setattr(self, name, value)
+            self.settings = dataclasses.replace(saved, **changes)
             self.test_function = self.predict_function = None
             yield self
         finally:
-            for name, value in saved.items():
-                setattr(self, name, value)
+            self.settings = saved
             self.test_function = self.predict_function = None
 
     # ------------------------------------------------------------------ Keras entry points

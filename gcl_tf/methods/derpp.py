@@ -15,8 +15,6 @@ Task-free; runs distributed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import tensorflow as tf
 
 from gcl_tf import salts
@@ -24,24 +22,9 @@ from gcl_tf.distribute import all_sum, gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy
+from gcl_tf.methods.configs import DERPPConfig
 from gcl_tf.methods.replay import forward, logged, replica_share
 from gcl_tf.precision import float32
-from gcl_tf.schema import value_range
-
-
-@dataclass
-class Config(er.Config):  # memory_size, replay_batch_size (ER's)
-    name: str = "derpp"
-    # Weight of the logit-matching term (the paper's Seq-CIFAR-10 value for a 200-sample buffer).
-    alpha: float = field(default=0.1, metadata=value_range(0.0))
-    # Weight of the replayed labels' cross-entropy (the same setting's).
-    beta: float = field(default=0.5, metadata=value_range(0.0))
-    # One run of the network over the incoming and replayed batches concatenated (as ER's step) instead
-    # of the authors' one per batch: BatchNorm's moving statistics then match what the layers were
-    # trained on. Under today's protocol (Split CIFAR10, ResNet-18, seed 0) the authors' way ends at
-    # 23.86 ACC, and 44.75 once the same network's BatchNorm statistics are those of its memory
-    # (docs/results/split_cifar10_ocl/bn_statistics.json). false: the authors'.
-    one_pass: bool = False
 
 
 def logit_mse(logits, stored):
@@ -54,14 +37,13 @@ class DERPP(er.ER):
     ``alpha``, ``beta``: the weights of the logit and label replay terms. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = DERPPConfig
+    settings: DERPPConfig
+
     label = "DER++"
     style = ("#bcbd22", "<")
     # around the values the paper selects (its appendix: alpha 0.1 to 1, beta 0.5 or 1)
     tune_grid = {"method.alpha": [0.1, 0.2, 0.5, 1.0], "method.beta": [0.5, 1.0]}
-
-    def __init__(self, backbone=None, *, num_classes, **keys):
-        super().__init__(backbone, num_classes=num_classes, **keys)
-        self.alpha, self.beta = float(self.settings.alpha), float(self.settings.beta)
 
     @classmethod
     def memory_fields(cls, num_classes):
@@ -78,12 +60,13 @@ class DERPP(er.ER):
         batches = [self.augmented(x),  # the memory keeps x as it came, with its logits
                    self.augmented(first["images"], salts.SECOND_AUGMENT),
                    self.augmented(second["images"], salts.THIRD_AUGMENT)]
+        s = self.settings
         with tf.GradientTape() as tape:
-            logits, first_logits, second_logits = forward(self, batches, self.settings.one_pass)
+            logits, first_logits, second_logits = forward(self, batches, s.one_pass)
             terms = {
                 "loss_stream": replica_share(cross_entropy(y, logits), batch * replicas),
-                "loss_logits": self.alpha * replica_share(logit_mse(first_logits, first["logits"]), counts[0], ok1),
-                "loss_labels": self.beta * replica_share(cross_entropy(second["labels"], second_logits),
+                "loss_logits": s.alpha * replica_share(logit_mse(first_logits, first["logits"]), counts[0], ok1),
+                "loss_labels": s.beta * replica_share(cross_entropy(second["labels"], second_logits),
                                                          counts[1], ok2),
             }
             replica_loss = tf.add_n(list(terms.values()))  # summed over replicas

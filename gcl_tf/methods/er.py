@@ -5,9 +5,6 @@ memory, then reservoir-inserts the incoming batch. Task-free.
 The worked example of docs/api.md, "Adding a method"."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
-
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
@@ -15,21 +12,8 @@ from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, replay_batch
 from gcl_tf.methods.base import ContinualModel, cross_entropy
+from gcl_tf.methods.configs import ERConfig
 from gcl_tf.methods.replay import global_count, logged, replica_share
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "er"
-    # Samples replayed from memory per step (null: the training batch size).
-    replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
-
-    def check_settings(self, section: str = "method"):
-        if self.replay_batch_size is not None and self.replay_batch_size > self.memory_size:
-            raise ConfigError(f"{section}.replay_batch_size: {self.replay_batch_size} is more than the "
-                              f"{section}.memory_size {self.memory_size} samples a memory holds; allowed: at most "
-                              f"{self.memory_size}, or null (the training batch size)")
 
 
 class ER(ContinualModel):
@@ -37,22 +21,22 @@ class ER(ContinualModel):
     memory samples replayed per step (None: the training batch size). See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = ERConfig
+    settings: ERConfig
+
     style = ("#8c564b", "P")
     supports_distribution = True
-    augments_in_step = True
     test_settings = {"memory_size": 20}
 
     def __init__(self, backbone=None, *, num_classes, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.memory_size = self.settings.memory_size
-        self.memory = ReservoirMemory(self.memory_size, self.image_shape, seed=self.seed,
+        self.memory = ReservoirMemory(self.settings.memory_size, self.image_shape, seed=self.seed,
                                       extra=self.memory_fields(self.num_classes))
-        self._replay_batch_size = self.settings.replay_batch_size
 
     def replay_size(self, batch: int) -> int:
         """Samples replayed with a (global) batch of ``batch``."""
-        return min(self._replay_batch_size or self.batch_size or batch, self.memory_size)
+        return min(self.settings.replay_batch_size or self.batch_size or batch, self.settings.memory_size)
 
     @classmethod
     def check_replicas(cls, config, replicas):

@@ -14,8 +14,6 @@ order); here, as in the paper, only the classes present stay.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tensorflow as tf
 
 from gcl_tf import salts
@@ -23,24 +21,17 @@ from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.memory import replay_batch
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy, mask_logits, present_classes
+from gcl_tf.methods.configs import ERACEConfig
 from gcl_tf.methods.replay import forward, global_count, logged, replica_share
 from gcl_tf.precision import float32
-
-
-@dataclass
-class Config(er.Config):  # memory_size, replay_batch_size (ER's)
-    name: str = "er_ace"
-    # One run of the network over the incoming and replayed batches concatenated (as ER's step) instead
-    # of the authors' one per batch: BatchNorm's moving statistics then match what the layers were
-    # trained on. Under today's protocol (Split CIFAR10, ResNet-18, seed 0) the authors' way ends at
-    # 48.46 ACC, and 56.24 once the same network's BatchNorm statistics are those of its memory
-    # (docs/results/split_cifar10_ocl/bn_statistics.json). false: the authors'.
-    one_pass: bool = False
 
 
 class ERACE(er.ER):
     """ER-ACE. ``memory_size``, ``replay_batch_size``: as ER's. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
+
+    Config = ERACEConfig
+    settings: ERACEConfig
 
     label = "ER-ACE"
     style = ("#17becf", ">")

@@ -24,30 +24,12 @@ classes, as GEM does on CIFAR100. Needs task boundaries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
-
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
 from gcl_tf.methods.base import ContinualModel, cross_entropy, mask_logits
 from gcl_tf.methods.common import TaskClasses, collect_dataset
-from gcl_tf.schema import MethodConfig, value_range
-
-
-@dataclass
-class Config(MethodConfig):
-    name: str = "ewc"
-    # Penalty strength (the GCL paper's best: 10 on MNIST variants, 100 on the other benchmarks).
-    ewc_lambda: float = field(default=10.0, metadata=value_range(0.0))
-    # Samples of each finished task (its first ones in stream order) used to estimate the Fisher
-    # (GEM's n_memories; 50 = the paper's 1000-sample budget over 20 tasks).
-    fisher_samples: int = field(default=50, metadata=value_range(1))
-    # squared_mean: square of the gradient of the mean loss (the GEM repository's code, which the
-    # GCL paper ran and tuned ewc_lambda on); empirical: mean of squared per-sample gradients (the
-    # EWC paper; far larger, so the paper's ewc_lambda makes SGD diverge after ~10 tasks).
-    fisher: Literal["empirical", "squared_mean"] = "squared_mean"
-
+from gcl_tf.methods.configs import EWCConfig
 
 # ----------------------------------------------------------------------------- pure math
 
@@ -146,6 +128,9 @@ class EWC(ContinualModel):
     ``"squared_mean"`` (GEM's code) or ``"empirical"``; ``multi_head``: each loss sees only its
     task's classes. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = EWCConfig
+    settings: EWCConfig
+
     style = ("#1f77b4", "s")
     task_free = False
     test_settings = {"fisher_samples": 10}
@@ -153,13 +138,14 @@ class EWC(ContinualModel):
 
     def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
+        self.num_tasks, self.multi_head = int(num_tasks), bool(multi_head)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.ewc_lambda = float(self.settings.ewc_lambda)
-        self.fisher_samples = int(self.settings.fisher_samples)
-        self.fisher_kind = self.settings.fisher
         self.task_classes = TaskClasses(num_tasks, self.num_classes, multi_head)
         self.ewc = EWCState(self.network.trainable_variables)
         self._consolidate_fn = tf.function(self._consolidate, reduce_retracing=True)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tasks": self.num_tasks, "multi_head": self.multi_head}
 
     def call(self, x, training=False):
         return self.network(x, training=training)
@@ -174,7 +160,7 @@ class EWC(ContinualModel):
         with tf.GradientTape() as tape:
             ce = tf.reduce_mean(cross_entropy(y, mask_logits(self(x, training=True), mask)))
             penalty = self.ewc.penalty(variables)
-            loss = ce + self.ewc_lambda * penalty
+            loss = ce + self.settings.ewc_lambda * penalty
         self.apply_gradients(tape, loss, variables)
         return {"loss": loss, "cross_entropy": ce, "penalty": penalty}
 
@@ -185,7 +171,7 @@ class EWC(ContinualModel):
         def nll(xi, yi):
             return tf.reduce_sum(cross_entropy(yi, mask_logits(self.network(xi, training=False), mask)))
 
-        if self.fisher_kind == "squared_mean":
+        if self.settings.fisher == "squared_mean":
             fisher = squared_mean_gradient(nll, variables, x, y)
         else:
             fisher = empirical_fisher(nll, variables, x, y)
@@ -193,7 +179,7 @@ class EWC(ContinualModel):
         return fisher
 
     def on_task_end(self, task_index, dataset):
-        x, y = collect_dataset(dataset, limit=self.fisher_samples)
+        x, y = collect_dataset(dataset, limit=self.settings.fisher_samples)
         if x is None:
             return
         self._consolidate_fn(tf.constant(x, tf.float32), tf.constant(y, tf.int32), tf.constant(task_index, tf.int32))

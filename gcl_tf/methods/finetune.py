@@ -1,27 +1,22 @@
 """Finetune: plain online training on the stream (the lower bound every method must beat)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
 from gcl_tf.distribute import num_replicas
 from gcl_tf.methods.base import ContinualModel, cross_entropy
-from gcl_tf.schema import MethodConfig
-
-
-@dataclass
-class Config(MethodConfig):
-    name: str = "finetune"
+from gcl_tf.methods.configs import FinetuneConfig
 
 
 class Finetune(ContinualModel):
     """Plain online training; the common keywords only (see :class:`~gcl_tf.methods.base.ContinualModel`)."""
 
+    Config = FinetuneConfig
+    settings: FinetuneConfig
+
     style = ("#7f7f7f", "o")  # grey: the lower bound
     supports_distribution = True
-    augments_in_step = True
 
     def __init__(self, backbone=None, *, num_classes, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)

@@ -19,8 +19,6 @@ task ``t``'s classes, as GEM does on CIFAR100.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import tensorflow as tf
 
 from gcl_tf.backbones import classifier
@@ -32,17 +30,10 @@ from gcl_tf.methods.common import (
     num_elements,
     unflatten,
 )
-from gcl_tf.schema import MemoryMethodConfig, value_range
+from gcl_tf.methods.configs import GEMConfig
 
 #: Ridge added to the QP's Gram matrix, as in the GEM repository's ``project2cone2``.
 GEM_EPS = 1e-3
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "gem"
-    # GEM's memory strength (the GCL paper's best: 0.5 on MNIST variants, 1.0 elsewhere).
-    margin: float = field(default=0.5, metadata=value_range(0.0))
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -167,9 +158,11 @@ class GEM(ContinualModel):
     ``multi_head``: each loss sees only its task's classes. See
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = GEMConfig
+    settings: GEMConfig
+
     style = ("#2ca02c", "D")
     task_free = False
-    supports_loss_scaling = False  # it projects its gradients itself
     tune_grid = {"method.margin": [0.0, 0.1, 0.5, 1.0]}  # the paper's memory strength grid
     test_settings = {"memory_size": 20}
 
@@ -181,12 +174,14 @@ class GEM(ContinualModel):
     def __init__(self, backbone=None, *, num_classes, num_tasks, multi_head=False, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         T = int(num_tasks)
-        self.num_tasks = T
+        self.num_tasks, self.multi_head = T, bool(multi_head)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.margin = float(self.settings.margin)
         self.task_classes = TaskClasses(T, self.num_classes, multi_head)
         self.memory = TaskMemory(T, per_task_memory(self.settings.memory_size, T, "gem"), self.image_shape)
         self.num_parameters = num_elements(self.network.trainable_variables)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tasks": self.num_tasks, "multi_head": self.multi_head}
 
     def call(self, x, training=False):
         return self.network(x, training=training)
@@ -234,6 +229,6 @@ class GEM(ContinualModel):
         dots = tf.linalg.matvec(G, g)
         violated = tf.logical_and(valid, dots < 0)
         any_violated = tf.reduce_any(violated)
-        g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.margin), lambda: g)
+        g = tf.cond(any_violated, lambda: gem_project(g, G, valid, self.settings.margin), lambda: g)
         self.optimizer.apply(unflatten(g, variables), variables)
         return {"loss": loss, "violations": tf.reduce_sum(tf.cast(violated, tf.float32))}

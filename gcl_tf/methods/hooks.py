@@ -20,9 +20,6 @@ class Hooks:
     #: True for methods whose step runs under a tf.distribute strategy (train.distribute): its
     #: step must compute on R replicas what it computes on one (docs/api.md, "Adding a method").
     supports_distribution = False
-    #: False for methods whose gradients do not go through :meth:`apply_gradients` (they apply
-    #: their own or move the weights themselves): no loss scaling, refused under mixed_float16.
-    supports_loss_scaling = True
     #: The tuner's default space (``python -m gcl_tf.tune`` without ``tune.space``): dotted config
     #: keys and their values, on top of the optimizer and learning-rate grid (gcl_tf/tune/space.py);
     #: a key here replaces the common one.
@@ -35,9 +32,6 @@ class Hooks:
     #: Small settings (method keys) for the library's own tests of every method: runs of a few
     #: steps on tiny streams (tests/test_reliability.py, tests/test_distribute.py).
     test_settings: dict = {}
-    #: True for methods whose ``learn`` applies the ``augment`` set (:meth:`augmented`) to every
-    #: image it trains on; the others refuse an augmentation other than ``"none"``.
-    augments_in_step: bool = False
 
     # ------------------------------------------------------------------ a run's checks and estimates
     @classmethod
@@ -104,8 +98,8 @@ class Hooks:
 
     def evaluation_variants(self) -> dict:
         """Other prediction settings every task-end evaluation also measures, as ``{name:
-        {attribute: value}}``: the driver evaluates every task once more under each (see
-        :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
+        {key: value}}`` (keys of the method's ``Config``): the driver evaluates every task once
+        more under each (see :meth:`evaluation_variant`) and writes each one's accuracy matrix into results.json's
         ``evaluations``, so that one training run gives every test-time variant. Default: none."""
         return {}
 

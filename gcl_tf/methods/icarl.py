@@ -24,9 +24,6 @@ CIFAR100, multi-head) that is a class, as in the original; on streams whose task
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -41,15 +38,8 @@ from gcl_tf.memory import (
 )
 from gcl_tf.methods.base import NEG_INF, ContinualModel
 from gcl_tf.methods.common import collect_dataset
+from gcl_tf.methods.configs import ICaRLConfig
 from gcl_tf.precision import float32
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "icarl"  # memory_size: exemplars, split evenly across the exemplar sets seen so far
-    # Exemplars replayed with each incoming batch (null: the training batch size).
-    replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
 
 def check_exemplar_sets(memory_size: int, sets: int, key: str = "method.memory_size") -> None:
@@ -139,6 +129,9 @@ class ICaRL(ContinualModel):
     :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords; the previous network
     is a clone of ``backbone``."""
 
+    Config = ICaRLConfig
+    settings: ICaRLConfig
+
     label = "iCaRL"
     style = ("#ff7f0e", "^")
     task_free = False
@@ -146,6 +139,7 @@ class ICaRL(ContinualModel):
 
     def __init__(self, backbone=None, *, num_classes, num_tasks=None, classes_per_task=None, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
+        self.num_tasks, self.classes_per_task = num_tasks, classes_per_task
         memory_size = self.settings.memory_size
         if num_tasks is not None:
             check_exemplar_sets(memory_size, num_tasks * (classes_per_task or self.num_classes))
@@ -155,12 +149,13 @@ class ICaRL(ContinualModel):
         self.old_network = classifier(keras.models.clone_model(backbone), self.image_shape, self.num_classes,
                                       name="previous_classifier")
         self.old_network.trainable = False
-        self.memory_size = int(memory_size)
-        self._replay_batch_size = self.settings.replay_batch_size
         feature_dim = int(self.feature_extractor.output_shape[-1])
-        self.exemplars = ExemplarMemory(self.memory_size, self.image_shape, self.num_classes, feature_dim)
+        self.exemplars = ExemplarMemory(memory_size, self.image_shape, self.num_classes, feature_dim)
         self._features_fn = tf.function(self._features, reduce_retracing=True)
         self._herding_fn = tf.function(herding, reduce_retracing=True)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tasks": self.num_tasks, "classes_per_task": self.classes_per_task}
 
     def call(self, x, training=False):
         return self.network(x, training=training)
@@ -175,7 +170,7 @@ class ICaRL(ContinualModel):
     def learn(self, x, y):
         ex = self.exemplars
         seed = step_seed(self.seed, self.step_counter, salts.REPLAY)
-        replay = min(self._replay_batch_size or self.batch_size or int(x.shape[0]), self.memory_size)
+        replay = min(self.settings.replay_batch_size or self.batch_size or int(x.shape[0]), self.settings.memory_size)
         index, ok = sample_without_replacement(ex.valid(), replay, seed)
         inputs = tf.concat([x, tf.gather(ex.images, index)], axis=0)
         labels = tf.concat([y, tf.gather(ex.labels, index)], axis=0)
@@ -220,8 +215,8 @@ class ICaRL(ContinualModel):
         new_sets = [c for c in classes if images is not None and np.any(labels == c)]
         new_ids = {task_index * self.num_classes + c for c in new_sets}
         old_sets = sorted(set(int(s) for s in set_id[set_id >= 0]) - new_ids)
-        check_exemplar_sets(self.memory_size, len(old_sets) + len(new_sets))
-        m = self.memory_size // max(1, len(old_sets) + len(new_sets))
+        check_exemplar_sets(self.settings.memory_size, len(old_sets) + len(new_sets))
+        m = self.settings.memory_size // max(1, len(old_sets) + len(new_sets))
 
         keep = np.flatnonzero((set_id >= 0) & (rank < m) & np.isin(set_id, old_sets))
         out_images = [old_images[keep]]
@@ -243,7 +238,7 @@ class ICaRL(ContinualModel):
         new_sets_arr = np.concatenate(out_sets).astype(np.int32)
         new_rank = np.concatenate(out_rank).astype(np.int32)
         count = len(new_labels)
-        pad = self.memory_size - count
+        pad = self.settings.memory_size - count
         ex.images.assign(np.concatenate([new_images, np.zeros((pad,) + new_images.shape[1:], np.float32)]))
         ex.labels.assign(np.concatenate([new_labels, np.zeros(pad, np.int32)]))
         ex.set_id.assign(np.concatenate([new_sets_arr, np.full(pad, -1, np.int32)]))

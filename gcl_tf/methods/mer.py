@@ -25,8 +25,6 @@ MNIST variants only).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import keras
 import tensorflow as tf
 
@@ -34,28 +32,7 @@ from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
-from gcl_tf.schema import MemoryMethodConfig, value_range
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "mer"  # memory_size: the reservoir memory (the original's --memories)
-    # Memory samples added to the incoming example in each batch (the original's --replay_batch_size).
-    replay_batch_size: int = field(default=10, metadata=value_range(1))
-    # Batches per incoming example, s (the original's --batches_per_example).
-    batches_per_example: int = field(default=10, metadata=value_range(1))
-    # Within-batch meta-learning rate (the GCL paper's best: 0.01).
-    beta: float = field(default=0.01, metadata=value_range(0.0, lo_open=True))
-    # Across-batch meta-learning rate (1.0 in all the original's MER Algorithm 1 runs).
-    gamma: float = field(default=1.0, metadata=value_range(0.0, lo_open=True))
-
-    def check(self, config):
-        if config.train.optimizer != "sgd":
-            raise ConfigError(
-                f"train.optimizer: mer uses plain SGD steps (MER Algorithm 1), got {config.train.optimizer!r}; "
-                "allowed: sgd"
-            )
-
+from gcl_tf.methods.configs import MERConfig
 
 # ----------------------------------------------------------------------------- pure math
 
@@ -75,9 +52,11 @@ class MER(ContinualModel):
     is the size of the single-sample steps. See :class:`~gcl_tf.methods.base.ContinualModel` for
     the common keywords."""
 
+    Config = MERConfig
+    settings: MERConfig
+
     style = ("#e377c2", "X")
     task_free = True
-    supports_loss_scaling = False  # it moves the weights itself
     test_settings = {"memory_size": 20, "replay_batch_size": 2, "batches_per_example": 1}
     tune_grid = {"train.optimizer": ["sgd"],  # plain SGD steps only
                  "method.beta": [0.01, 0.03, 0.1, 0.3, 1.0]}  # the within-batch meta-learning rate
@@ -87,10 +66,6 @@ class MER(ContinualModel):
         s = self.settings
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
         self.memory = ReservoirMemory(s.memory_size, self.image_shape, seed=self.seed)
-        self.replay_batch_size = min(int(s.replay_batch_size), int(s.memory_size))
-        self.batches_per_example = int(s.batches_per_example)
-        self.beta = float(s.beta)
-        self.gamma = float(s.gamma)
         self.learning_rate = None  # the SGD optimizer's, set by compile
 
     def compile(self, optimizer="sgd", **kwargs):
@@ -119,11 +94,11 @@ class MER(ContinualModel):
 
     def learn_example(self, trainable, non_trainable, x, y, counter):
         """MER Algorithm 1 for one example ``x`` [1, ...], ``y`` [1]; returns the new weights and mean loss."""
-        k = self.replay_batch_size
+        k = min(self.settings.replay_batch_size, self.settings.memory_size)
         before = trainable
 
         def batch_body(j, trainable, non_trainable, loss_sum):
-            drawn = self.memory.sample(k, counter * self.batches_per_example + tf.cast(j, tf.int64))
+            drawn = self.memory.sample(k, counter * self.settings.batches_per_example + tf.cast(j, tf.int64))
             mem_x, mem_y, ok = drawn["images"], drawn["labels"], drawn["ok"]
             bx = tf.concat([x, mem_x], axis=0)
             by = tf.concat([y, mem_y], axis=0)
@@ -139,16 +114,16 @@ class MER(ContinualModel):
             _, trainable, non_trainable, batch_loss = tf.while_loop(
                 lambda r, *_: r < k + 1, sample_body, (tf.constant(0), trainable, non_trainable, tf.constant(0.0))
             )
-            trainable = reptile_update(start, trainable, self.beta)  # within-batch meta-update
+            trainable = reptile_update(start, trainable, self.settings.beta)  # within-batch meta-update
             return j + 1, trainable, non_trainable, loss_sum + batch_loss / tf.reduce_sum(bw)
 
         _, trainable, non_trainable, loss_sum = tf.while_loop(
-            lambda j, *_: j < self.batches_per_example,
+            lambda j, *_: j < self.settings.batches_per_example,
             batch_body,
             (tf.constant(0), trainable, non_trainable, tf.constant(0.0)),
         )
-        trainable = reptile_update(before, trainable, self.gamma)  # across-batch meta-update
-        return trainable, non_trainable, loss_sum / self.batches_per_example
+        trainable = reptile_update(before, trainable, self.settings.gamma)  # across-batch meta-update
+        return trainable, non_trainable, loss_sum / self.settings.batches_per_example
 
     def learn(self, x, y):
         batch = int(x.shape[0])

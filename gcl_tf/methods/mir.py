@@ -17,20 +17,11 @@ which samples they replay. Task-free; one device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import tensorflow as tf
 
 from gcl_tf.methods import er
 from gcl_tf.methods.base import cross_entropy
-from gcl_tf.schema import value_range
-
-
-@dataclass
-class Config(er.Config):  # memory_size, replay_batch_size (ER's)
-    name: str = "mir"
-    # Memory samples scored per step, the replay batch's candidates (the authors' subsample).
-    candidates: int = field(default=50, metadata=value_range(1))
+from gcl_tf.methods.configs import MIRConfig
 
 
 def interference(pre_losses, post_losses, ok):
@@ -48,13 +39,17 @@ class MIR(er.ER):
     """MIR. ``memory_size``, ``replay_batch_size``: as ER's; ``candidates``: memory samples scored
     per step. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = MIRConfig
+    settings: MIRConfig
+
     style = ("#393b79", "h")
     supports_distribution = False
     test_settings = {"memory_size": 20, "candidates": 10}
 
-    def __init__(self, backbone=None, *, num_classes, **keys):
-        super().__init__(backbone, num_classes=num_classes, **keys)
-        self.candidates = min(int(self.settings.candidates), self.memory_size)
+    @property
+    def candidates(self) -> int:
+        """Memory samples scored per step (``candidates``, at most the memory's size)."""
+        return min(self.settings.candidates, self.settings.memory_size)
 
     def losses(self, weights, x, y, training=False):
         """Per-sample cross-entropy [N] of the network with trainable ``weights`` (a list of tensors)."""

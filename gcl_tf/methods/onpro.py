@@ -10,9 +10,6 @@ every method, and changes nothing. The step, each deviation and why: docs/onpro.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
-
 import keras
 import tensorflow as tf
 
@@ -22,51 +19,12 @@ from gcl_tf.backbones import classifier, feature_size
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, state_variable, step_seed
 from gcl_tf.methods.base import ContinualModel, cross_entropy, present_classes
+from gcl_tf.methods.configs import OnProConfig
 from gcl_tf.precision import float32
-from gcl_tf.schema import MemoryMethodConfig, value_range
 
 EPS = 1e-8  # the authors' epsilon in the instance contrast
 CROP_SCALE = (0.3, 1.0)  # the authors' random resized crop
 GRAYSCALE_P = 0.25
-
-
-@dataclass
-class Config(MemoryMethodConfig):
-    name: str = "onpro"
-    # Memory samples drawn a step (buffer_batch_size); min(this, replay_per_class x classes seen) count.
-    replay_batch_size: int = field(default=64, metadata=value_range(1))
-    # Replayed samples per class seen (the authors' buffer_per_class).
-    replay_per_class: int = field(default=7, metadata=value_range(1))
-    # Temperature of OPE's prototype contrast (proto_t).
-    proto_temperature: float = field(default=0.5, metadata=value_range(0.0, lo_open=True))
-    # Temperature of the instance-wise contrast (ins_t).
-    instance_temperature: float = field(default=0.07, metadata=value_range(0.0, lo_open=True))
-    # APF: the share of the replay batch mixed at random; the rest mixes close classes (mixup_base_rate).
-    mixup_base_rate: float = field(default=0.75, metadata=value_range(0.0, 1.0))
-    # APF: the probability of a mixup (of the random share: per batch and per sample; per class pair).
-    mixup_p: float = field(default=0.6, metadata=value_range(0.0, 1.0))
-    # APF: the close classes' mixing weights are Beta(mixup_alpha, mixup_alpha).
-    mixup_alpha: float = field(default=0.4, metadata=value_range(0.0, lo_open=True))
-    # APF: the random share's mixing weights are uniform in [mixup_lower, mixup_upper]; the lower end.
-    mixup_lower: float = field(default=0.0, metadata=value_range(0.0, 1.0))
-    # APF: the upper end of the random share's mixing weights.
-    mixup_upper: float = field(default=0.6, metadata=value_range(0.0, 1.0))
-    # Rotated copies per image in the instance contrast (the authors' oop, 16; 4 or 1: cheaper, not theirs).
-    rotations: Literal[1, 4, 16] = 16
-    # Width of the projection head (the authors' 128); below the trunk's feature width.
-    projection_size: int = field(default=128, metadata=value_range(1))
-    # Scale of the instance similarities after the first task (the authors' CIFAR-10 value; 1 in the first task).
-    sim_lambda: float = field(default=0.5, metadata=value_range(0.0, lo_open=True))
-    # L2 weight decay, the authors' Adam weight_decay: weight_decay * w added to each weight's gradient.
-    weight_decay: float = field(default=1e-4, metadata=value_range(0.0))
-
-    def check(self, config):
-        self.check_settings()
-
-    def check_settings(self, section: str = "method"):
-        if self.mixup_lower > self.mixup_upper:
-            raise ConfigError(f"{section}.mixup_lower: {self.mixup_lower} is above {section}.mixup_upper "
-                              f"{self.mixup_upper}; allowed: a range with lower <= upper")
 
 
 # ----------------------------------------------------------------------------- the math, pure functions
@@ -240,10 +198,12 @@ class OnPro(ContinualModel):
     """OnPro. ``memory_size``: samples in the reservoir memory; the other keywords: the keys of
     :class:`Config`. See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
+    Config = OnProConfig
+    settings: OnProConfig
+
     label = "OnPro"
     style = ("#637939", "p")
     task_free = False  # the first task trains otherwise (train_task0); APF waits for a task's second step
-    augments_in_step = True  # its views are always the authors' transform (module docstring)
     test_settings = {"memory_size": 20, "rotations": 4, "projection_size": 8}
 
     def __init__(self, backbone=None, *, num_classes, **keys):
@@ -251,18 +211,20 @@ class OnPro(ContinualModel):
         s = self.settings
         trunk = self.default_backbone(backbone)
         width = feature_size(trunk, self.image_shape)
-        self.check_shapes(width, int(s.projection_size), int(s.rotations))
+        self.check_shapes(width, s.projection_size, s.rotations)
         self.network = classifier(trunk, self.image_shape, self.num_classes)
-        self.projection = keras.layers.Dense(int(s.projection_size), name="projection")
+        self.projection = keras.layers.Dense(s.projection_size, name="projection")
         self.projection.build((None, width))
         self.memory = ReservoirMemory(s.memory_size, self.image_shape, seed=self.seed)
-        self.memory_size = int(s.memory_size)
-        self.draw_size = min(int(s.replay_batch_size), self.memory_size)
-        self.rotations = int(s.rotations)
         # Classes seen (the authors' class_holder), the last step's task, each class's mean projection.
         self.seen_classes = state_variable(tf.zeros([self.num_classes], tf.int32), "seen_classes")
         self.last_task = state_variable(tf.constant(-1, tf.int32), "last_task")
-        self.class_means = state_variable(tf.zeros([self.num_classes, int(s.projection_size)]), "class_means")
+        self.class_means = state_variable(tf.zeros([self.num_classes, s.projection_size]), "class_means")
+
+    @property
+    def draw_size(self) -> int:
+        """Memory samples drawn a step (``replay_batch_size``, at most the memory's size)."""
+        return min(self.settings.replay_batch_size, self.settings.memory_size)
 
     def check_shapes(self, width: int, projection_size: int, rotations: int) -> None:
         height, side = self.image_shape[0], self.image_shape[1]
@@ -317,14 +279,14 @@ class OnPro(ContinualModel):
 
     def views(self, images, seed):
         """The rotated copies of ``images`` and, after them, their views (the authors' images_pair)."""
-        rotated = rotate(images, self.rotations)
+        rotated = rotate(images, self.settings.rotations)
         return tf.concat([rotated, authors_transform(rotated, seed)], axis=0)
 
     def contrast(self, z, features, labels, seed, scale: float, loss=nt_xent, valid=None):
         """OCM's instance contrast of :meth:`views`' projections ``z`` and ``features``."""
         sim = contrast_similarity(z, features, self.slice_start(features, seed), scale)
-        valid = None if valid is None else tf.tile(valid, [self.rotations])
-        return loss(sim, rotation_labels(labels, self.rotations, self.num_classes),
+        valid = None if valid is None else tf.tile(valid, [self.settings.rotations])
+        return loss(sim, rotation_labels(labels, self.settings.rotations, self.num_classes),
                     self.settings.instance_temperature, valid)
 
     def memory_prototypes(self, images, labels, rows, seed):
@@ -358,7 +320,7 @@ class OnPro(ContinualModel):
         mixed, first, second, weight = self.feedback(images, labels, counted, apf)
         mixed_labels = (1.0 - weight) * tf.cast(first, tf.float32) + weight * tf.cast(second, tf.float32)
         features, z = self.embed(tf.concat([self.views(x, s[0]), self.views(mixed, s[1])], axis=0))
-        cut, lam = 2 * self.rotations * x.shape[0], self.settings.sim_lambda
+        cut, lam = 2 * self.settings.rotations * x.shape[0], self.settings.sim_lambda
         instance = (self.contrast(z[:cut], features[:cut], y, s[2], lam)
                     + self.contrast(z[cut:], features[cut:], mixed_labels, s[3], lam, nt_xent_uni, rows))
         logits = self.network(authors_transform(mixed, s[4]), training=True)

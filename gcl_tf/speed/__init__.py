@@ -4,7 +4,8 @@
 They time the method's own step against its reference (a plain PyTorch anchor, an analytic FLOP
 count) with its own settings, so they name the method, its keys and the methods they compare it
 to; ``python -m gcl_tf.benchmark throughput`` and ``gpu`` run those of the paper's method (the
-``lead`` of gcl_tf/benchmark/paper_suite.yaml), from gcl_tf/benchmark/, which keeps the generic
+``lead`` of gcl_tf/benchmark/paper_suite.yaml) through this room's two commands
+(:mod:`gcl_tf.speed.throughput`, :mod:`gcl_tf.speed.gpu`), using gcl_tf/benchmark/, which keeps the generic
 machinery (clocks, the matmul reference, FLOPs of Keras layers, the models and steps timed, the
 devices, the placement analysis) and names no method.
 
@@ -12,12 +13,12 @@ A method's package holds (its ``__init__`` imports nothing heavy: this one reads
 TensorFlow, and a mistake on a command line is answered before TensorFlow loads):
 
 - ``SETTINGS``: the config sections the speed checks build the method with, ``{"method": {...},
-  "train": {...}}`` (:func:`gcl_tf.benchmark.workloads.make_model` reads them);
+  "train": {...}}`` (:func:`make_model` builds the method with them);
 - a module per command, ``throughput`` and ``gpu``, each with ``main(argv=None) -> int``.
 
 The packages live in a room of their own, above gcl_tf/benchmark/ (whose machinery they use) and
-not in the method's package (``gcl_tf/methods/gcl/``, whose ``__init__`` imports TensorFlow, and
-which must not import the benchmark: tests/test_layout.py).
+not in the method's package (``gcl_tf/methods/gcl/``, which must not import the benchmark:
+tests/test_layout.py).
 """
 from __future__ import annotations
 
@@ -53,3 +54,10 @@ def command(name: str, which: str):
         raise UserError(f"{which}: method {name!r} has no speed checks ({__name__.replace('.', '/')}/{name}/"
                         f"{which}.py)")
     return importlib.import_module(f"{package.__name__}.{which}")
+
+
+def make_model(method: str, input_shape, **keywords):
+    """:func:`gcl_tf.benchmark.workloads.make_model` with the settings of the method's speed checks."""
+    from gcl_tf.benchmark import workloads  # (TensorFlow: deferred to a model)
+
+    return workloads.make_model(method, input_shape, settings=settings(method), **keywords)

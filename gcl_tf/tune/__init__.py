@@ -275,14 +275,10 @@ def precheck(args) -> None:
     """What the command line checks before TensorFlow loads: the config and its ``--set`` (the
     method's own keys by name), ``tune.space`` (gcl_tf.tune.space.precheck_space) and the search
     folder (a worker's is its chief's, held by it)."""
-    from gcl_tf import methods
-    from gcl_tf.methods import keys
     from gcl_tf.prechecks import given_output, search_folder
 
     config = config_lib.precheck(args.config, args.overrides)
-    declared = keys.read_config(methods.REGISTRY[config.method.name][0])
-    method_keys = None if declared is None else [f.name for f in keys.key_fields(declared)]
-    precheck_space(config, args.tuner or config.tune.tuner, method_keys)
+    precheck_space(config, args.tuner or config.tune.tuner)
     if os.environ.get("KERASTUNER_TUNER_ID", "chief") == "chief":
         search_folder(given_output(args.output) or default_output(config), config, args.overwrite)
 

@@ -115,20 +115,19 @@ def _numeric_range(spec: dict, tp, metadata, where: str) -> dict:
     return out
 
 
-def precheck_space(config, tuner: str, method_keys, where: str = "tune.space") -> None:
-    """``config``'s ``tune.space`` checked before TensorFlow loads: ``config`` without the method's
-    own keys (gcl_tf.config.precheck), ``method_keys`` their names (gcl_tf/methods/keys.py;
-    None: unknown). Every key's name, and the values of the run's sections' keys; a method key's
-    values are checked with the method (:func:`search_space`). No space: the method's default
-    grid, from its class."""
+def precheck_space(config, tuner: str, where: str = "tune.space") -> None:
+    """``config``'s ``tune.space`` checked before TensorFlow loads (``config`` from
+    gcl_tf.config.precheck): every key's name, and the values of the run's sections' keys; a
+    method key's values are checked with the method (:func:`search_space`). No space: the
+    method's default grid, from its class."""
     space = config.tune.space
     if space is None:
         return
     _check_mapping(space, where)
     keys = tunable_keys(config)
-    method = {f"method.{k}": None for k in method_keys or () if k != "name"}
+    method = {f"method.{f.name}": None for f in dataclasses.fields(config.method) if f.name != "name"}
     for key in space:
-        if key not in keys and not (key in method or method_keys is None and str(key).startswith("method.")):
+        if key not in keys and key not in method:
             raise ConfigError(_unknown_space_key(key, {**keys, **method}, where))
     own = {key: spec for key, spec in space.items() if key in keys}
     if own:

@@ -12,6 +12,7 @@ from gcl_tf.schema import MemoryMethodConfig, value_range
 @dataclass
 class Config(MemoryMethodConfig):
     name: str = "gcl"
+    augments_in_step: ClassVar[bool] = True
     # Weight of the context cross-entropy (the target cross-entropy has weight 1).
     context_lambda: float = field(default=1.0, metadata=value_range(0.0))
     # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).

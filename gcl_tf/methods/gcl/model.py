@@ -26,7 +26,7 @@ from gcl_tf.backbones import feature_size, mlp
 from gcl_tf.memory import GraphMemory, state_variable
 from gcl_tf.methods.base import ContinualModel
 from gcl_tf.methods.gcl.caches import ContextCache
-from gcl_tf.methods.gcl.config import Config  # noqa: F401 - GCL's keys: a method class's module holds its Config
+from gcl_tf.methods.gcl.config import Config as GCLConfig
 from gcl_tf.methods.gcl.graph import (
     ROW_EPS,
     normalize_embeddings,
@@ -50,9 +50,11 @@ class GCL(Training, Prediction, ContinualModel):
     the test-time noise cache, drawn once per evaluation).
     """
 
+    Config = GCLConfig
+    settings: GCLConfig
+
     style = ("#d62728", "*")  # red: the paper's method
     supports_distribution = True
-    augments_in_step = True
     test_settings = {"memory_size": 20, "test_graph_samples": 3}
     tune_grid = {"method.graph_lambda": [0.0, 10.0, 50.0, 100.0, 1000.0, 5000.0],  # graph regularization
                  "method.context_temperature": [0.1, 0.3, 1.0, 5.0, 10.0],
@@ -61,15 +63,6 @@ class GCL(Training, Prediction, ContinualModel):
     def __init__(self, backbone=None, *, num_classes, hidden_size=256, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         s = self.settings
-        self.augment_contexts = bool(s.augment_contexts)
-        self.context_lambda, self.graph_lambda = float(s.context_lambda), float(s.graph_lambda)
-        self.regularize_below = None if s.regularize_below is None else float(s.regularize_below)
-        self.context_temperature, self.target_temperature = float(s.context_temperature), float(s.target_temperature)
-        self.test_temperature, self.test_graph_samples = float(s.test_temperature), int(s.test_graph_samples)
-        self.also_test_graph_samples = tuple(int(k) for k in s.also_test_graph_samples)
-        self.test_prediction, self.also_test_predictions = s.test_prediction, tuple(s.also_test_predictions)
-        self.stochastic_graphs, self.fuse_regularizer = bool(s.stochastic_graphs), bool(s.fuse_regularizer)
-        self.regularize_self_pairs = bool(s.regularize_self_pairs)
         hidden = int(hidden_size)
         self.hidden_size = hidden
         self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone
@@ -86,7 +79,6 @@ class GCL(Training, Prediction, ContinualModel):
         self.latent_head.build((None, feature_dim))
         self.label_encoder.build((None, num_classes))
         self.output_head.build((None, 2 * hidden))
-        self.target_loss = s.target_loss  # all (the paper) or present
         # own_latent: the head's weights on ReLU(l) of the image itself (no bias: output_head has it).
         self.own_head = keras.layers.Dense(num_classes, use_bias=False, name="own_head") if s.own_latent else None
         if self.own_head is not None:
@@ -94,9 +86,6 @@ class GCL(Training, Prediction, ContinualModel):
         # s in log k = -0.5 d^2 / exp(s); initialised to log kernel_width (null: log sqrt(H), the
         # authors'; median: sqrt(H) until the first step with contexts sets it from the median
         # squared distance, :func:`median_kernel_width`).
-        self.kernel_type = s.kernel  # normalized: the kernel compares u / ||u|| (edge_embeddings)
-        self.width_from_median = s.kernel_width == "median"
-        self.kernel_start_edge = float(s.kernel_start_edge)
         width = math.sqrt(hidden) if s.kernel_width is None or self.width_from_median else float(s.kernel_width)
         self.kernel_log_scale = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(width)),
@@ -106,9 +95,6 @@ class GCL(Training, Prediction, ContinualModel):
         self.kernel_width_set = state_variable(tf.constant(False), "kernel_width_set")
         self.memory = GraphMemory(s.memory_size, self.image_shape, seed=self.seed, edge_memory=s.edge_memory,
                                   embedding_size=hidden)
-        self.capacity = int(s.memory_size)
-        # Contexts attended to per step: the whole memory, or context_batch of them.
-        self.num_contexts = s.context_batch or self.capacity
         self._test_noise = None
         self._warned_of_task = None  # the task after which GCL said it did not learn (on_task_end)
         if self.eval_batch_size is not None:
@@ -116,6 +102,24 @@ class GCL(Training, Prediction, ContinualModel):
         # The memory's embeddings, computed once per evaluation span (see ContextCache); one device only.
         one_device = tf.distribute.get_strategy().num_replicas_in_sync == 1
         self._contexts = ContextCache(self.capacity, hidden, hidden + num_classes + 1) if one_device else None
+
+    def get_config(self):
+        return {**super().get_config(), "hidden_size": self.hidden_size}
+
+    @property
+    def capacity(self) -> int:
+        """M, the memory's samples (``memory_size``)."""
+        return self.settings.memory_size
+
+    @property
+    def num_contexts(self) -> int:
+        """Contexts attended to per step: the whole memory, or ``context_batch`` of them."""
+        return self.settings.context_batch or self.settings.memory_size
+
+    @property
+    def width_from_median(self) -> bool:
+        """Whether the kernel's width is set by the median heuristic (``kernel_width: median``)."""
+        return self.settings.kernel_width == "median"
 
     # -------------------------------------------------------------- the memory estimate
     @classmethod
@@ -171,7 +175,7 @@ class GCL(Training, Prediction, ContinualModel):
         """The edge head's embeddings u the kernel compares   [N, H] (float32): as the head gives
         them (``kernel: rbf``, the paper) or on the unit sphere (``kernel: normalized``)."""
         u = float32(self.edge_head(features))
-        return normalize_embeddings(u) if self.kernel_type == "normalized" else u
+        return normalize_embeddings(u) if self.settings.kernel == "normalized" else u
 
     def context_values(self, latents, labels, valid):
         """What the graphs aggregate: ``[l, one_hot(y), 1]`` of each context, 0 for invalid

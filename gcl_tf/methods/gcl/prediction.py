@@ -56,7 +56,7 @@ class Prediction:
     def prepare_test_noise(self, eval_batch_size: int) -> None:
         """The test-time graph noise cache for test batches of ``eval_batch_size`` (see
         TestNoiseCache; one device only, and only when it fits TEST_NOISE_CACHE_BYTES)."""
-        noise_shape = (self.test_graph_samples, int(eval_batch_size), self.capacity)
+        noise_shape = (self.settings.test_graph_samples, int(eval_batch_size), self.capacity)
         use_cache = (self.settings.draws_test_noise and TestNoiseCache.fits(noise_shape)
                      and tf.distribute.get_strategy().num_replicas_in_sync == 1)
         self._test_noise = TestNoiseCache(noise_shape) if use_cache else None
@@ -72,8 +72,8 @@ class Prediction:
         (``one_sample`` for 1, ``<k>_samples`` otherwise); ``also_test_predictions``: with each
         of those predictions (named as the prediction: ``vote``, ``head``)."""
         variants = {("one_sample" if k == 1 else f"{k}_samples"): {"test_graph_samples": k}
-                    for k in self.also_test_graph_samples}
-        variants.update({name: {"test_prediction": name} for name in self.also_test_predictions})
+                    for k in self.settings.also_test_graph_samples}
+        variants.update({name: {"test_prediction": name} for name in self.settings.also_test_predictions})
         return variants
 
     # -------------------------------------------------------------- prediction
@@ -103,14 +103,14 @@ class Prediction:
     def samples_test_graphs(self) -> bool:
         """Whether predictions average sampled test graphs (the paper's ``head`` with stochastic
         graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``)."""
-        return self.stochastic_graphs and self.test_prediction == "head"
+        return self.settings.stochastic_graphs and self.settings.test_prediction == "head"
 
     def test_graphs(self, x, samples=None, seed=None):
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits
         [N, M], the memory's values V, the logistic noise of the ``samples`` graphs [S, N, M]
         (None with the expected graph: deterministic graphs, or the vote) and the images' own
         term of the logits [N, K] (None without ``own_latent``, or for the vote, which reads no head)."""
-        samples = self.test_graph_samples if samples is None else samples
+        samples = self.settings.test_graph_samples if samples is None else samples
         if not self.samples_test_graphs:
             samples = 1
         # The caches serve the evaluation's own predictions; an explicit seed (serving) computes afresh.
@@ -135,19 +135,20 @@ class Prediction:
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-        return logits_e, values, noise, self.own_logits(l_t) if self.test_prediction == "head" else None
+        return logits_e, values, noise, self.own_logits(l_t) if self.settings.test_prediction == "head" else None
 
     def log_probs_of_test_graphs(self, logits_e, values, noise, own, class_mask):
         """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K] (the
         ``vote``: the memory's labels along the expected graph, :func:`label_vote_logits`)."""
-        if self.test_prediction == "vote":
+        if self.settings.test_prediction == "vote":
             H, K = self.hidden_size, self.num_classes
             logits = label_vote_logits(tf.sigmoid(logits_e), values[:, H:H + K])  # values: [l, one_hot(y), 1]
             return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         if noise is None:
             logits = self.classify(tf.sigmoid(logits_e)[None], values, own)  # [1, N, K]
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
-            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, self.test_temperature, eps),
+            temperature = self.settings.test_temperature
+            logits = tf.map_fn(lambda eps: self.classify(relaxed_bernoulli(logits_e, temperature, eps),
                                                          values, own),
                                noise, parallel_iterations=map_parallel_iterations(),
                                fn_output_signature=tf.float32)  # [S, N, K]
@@ -177,7 +178,7 @@ class Prediction:
                                                       tf.ones([self.num_classes], tf.bool))
             predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32).numpy()
             expected = tf.sigmoid(logits_e)
-            graph = expected if noise is None else relaxed_bernoulli(logits_e, self.test_temperature, noise[0])
+            graph = expected if noise is None else relaxed_bernoulli(logits_e, self.settings.test_temperature, noise[0])
         filled = int(self.memory.num_filled.numpy())
         return (100.0 * float((predicted == labels).mean()), graph[:, :filled].numpy(),
                 expected[:, :filled].numpy())
@@ -206,14 +207,14 @@ class Prediction:
         else:
             return None  # the kernel is not what keeps it from learning this task
         width = float(tf.exp(self.kernel_log_scale).numpy())
-        held = self.held_fraction() if self.graph_lambda > 0 and change == "smaller" else 0.0
+        held = self.held_fraction() if self.settings.graph_lambda > 0 and change == "smaller" else 0.0
         if held >= self.HELD_SHARE:  # the regulariser keeps the graph as it was stored: docs/gcl_today.md
             why += (f"; the graph regulariser holds {100 * held:.0f}% of the memory's contexts to edges "
                     "stored before they were learned")
             advice = "try method.graph_lambda: 0 (GCL's graph regulariser off)"
         elif self.width_from_median:
             advice = (f"try a {change} method.kernel_start_edge (GCL's kernel_start_edge, now "
-                      f"{self.kernel_start_edge:g})")
+                      f"{self.settings.kernel_start_edge:g})")
         else:
             advice = "try method.kernel_width: median (GCL's kernel_width, the default)"
         return (f"warning: {self.name}: after task {int(task_index) + 1} it classifies {accuracy:.0f}% of that task's "
@@ -235,7 +236,7 @@ class Prediction:
         logits = self.classify(graph, values, self.own_logits(values[:, :self.hidden_size]))  # V = [l, y, 1]
         current = cross_entropy(self.memory.labels[:filled], logits)
         held = regularized_contexts(tf.ones([filled], tf.bool), self.memory.best_loss[:filled], current,
-                                    self.regularize_below)
+                                    self.settings.regularize_below)
         return float(tf.reduce_mean(tf.cast(held, tf.float32)).numpy())
 
     def on_task_end(self, task_index, dataset) -> None:

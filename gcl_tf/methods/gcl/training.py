@@ -110,10 +110,11 @@ class Training:
         not normalised."""
         k = log_k.shape[1]
         T = log_k.shape[0] - k
-        if not self.stochastic_graphs:
+        if not self.settings.stochastic_graphs:
             return expected_graph(log_k)
+        s = self.settings
         inverse_temperature = tf.concat(
-            [tf.fill([k, 1], 1.0 / self.context_temperature), tf.fill([T, 1], 1.0 / self.target_temperature)], axis=0
+            [tf.fill([k, 1], 1.0 / s.context_temperature), tf.fill([T, 1], 1.0 / s.target_temperature)], axis=0
         )  # [k + T, 1]
         return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
 
@@ -146,7 +147,7 @@ class Training:
         valid contexts and the targets' mean (over the classes ``present``, with ``target_loss:
         present``: ER-ACE's asymmetric cross-entropy for the incoming batch)."""
         context_ce = cross_entropy(context_labels, context_out)  # [k]
-        if self.target_loss == "present":  # ER-ACE's asymmetric cross-entropy for the incoming batch
+        if self.settings.target_loss == "present":  # ER-ACE's asymmetric cross-entropy for the incoming batch
             present = present_classes(y, self.num_classes) if present is None else present
             target_out = mask_logits(target_out, present)
         target_ce = cross_entropy(y, target_out)  # [T]
@@ -159,10 +160,11 @@ class Training:
         """``(m [k], L_G)``: the contexts held (their loss rose above their best, under
         ``regularize_below``) and the graph regulariser between their current and stored edges."""
         best = tf.gather(self.memory.best_loss, slots)
-        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.regularize_below)  # m_i
-        regularizer = context_graph_regularizer_fused if self.fuse_regularizer else context_graph_regularizer
+        below = self.settings.regularize_below
+        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), below)  # m_i
+        regularizer = context_graph_regularizer_fused if self.settings.fuse_regularizer else context_graph_regularizer
         return regularized, regularizer(logits_e, self.stored_edge_logits(slots), regularized,
-                                        self.regularize_self_pairs)
+                                        self.settings.regularize_self_pairs)
 
     def training_forward(self, x, y, slots=None, valid=None, present=None) -> Forward:
         """The differentiable part of a step (run it under a GradientTape).
@@ -178,7 +180,7 @@ class Training:
         context_labels = tf.gather(self.memory.labels, slots)
         seed = step_seed(self.seed, self.step_counter, salts.TRAIN_GRAPH)
         contexts = self.context_images(slots, valid, fallback=x)
-        if self.augment_contexts:  # (augment: none returns the images as given)
+        if self.settings.augment_contexts:  # (augment: none returns the images as given)
             contexts = self.augmented(contexts, salts.SECOND_AUGMENT)
         u, latents = self.embed_step(contexts, self.augmented(x))  # [k + T, H] each
         rows, target_cols, log_k = self.log_kernel(u, k)
@@ -187,7 +189,7 @@ class Training:
         context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
             context_out, target_out, context_labels, y, valid, present)
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
-        context_terms = self.context_lambda * context_loss + self.graph_lambda * graph_loss
+        context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         loss = target_loss + context_terms
         # Gradients are summed over replicas: each weighs its targets by its share of the global
         # batch and the (replicated) context terms by 1 / R.
@@ -210,7 +212,7 @@ class Training:
         # global batch is gathered first, the gradients are reduced, then the memory inputs.
         stream_x, stream_y = gather_in_order(x, y)  # the global batch, for the memory
         with tf.control_dependencies([stream_x, stream_y]), tf.GradientTape() as tape:
-            present = present_classes(stream_y, self.num_classes) if self.target_loss == "present" else None
+            present = present_classes(stream_y, self.num_classes) if self.settings.target_loss == "present" else None
             out = self.training_forward(x, y, slots, valid, present)
         # The first batch has no valid context and a zero loss: it only fills the memory, and the
         # optimizer skips the step whole (the authors' code does not step it), so its step count
@@ -235,7 +237,7 @@ class Training:
         with tf.control_dependencies([shared]):
             target_embeddings = all_gather(edges.embeddings[k:])  # [R T, H]
         context_ce = shared[:, 0]
-        regularized = regularized_contexts(valid, best, context_ce, self.regularize_below)
+        regularized = regularized_contexts(valid, best, context_ce, self.settings.regularize_below)
         embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
         scale = tf.stop_gradient(edges.kernel_log_scale)  # the forward pass's, not the updated one
         all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
@@ -247,7 +249,7 @@ class Training:
         width = tf.cond(self.kernel_width_set, lambda: tf.constant(0.0),  # computed until it is set
                         lambda: median_squared_distance(context_embeddings, valid))
         now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
-        width = median_kernel_width(width, self.kernel_start_edge)
+        width = median_kernel_width(width, self.settings.kernel_start_edge)
         self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
         self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
 

@@ -13,7 +13,7 @@ The generic machinery they use (clocks, the matmul reference, the models and ste
 devices, the placement analysis, the verdict on XLA) is gcl_tf/benchmark/'s.
 """
 
-#: The config sections GCL's speed checks build it with (gcl_tf.benchmark.workloads.make_model):
+#: The config sections GCL's speed checks build it with (gcl_tf.speed.make_model):
 #: the paper's head and loss, the math of the PyTorch anchor (anchors/torch_gcl_step.py), and its
 #: optimizer (Adam, learning rate 0.001); the keys a check passes win over the method's.
 SETTINGS = {"method": {"own_latent": False, "target_loss": "all"},

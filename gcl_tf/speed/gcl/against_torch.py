@@ -37,7 +37,8 @@ def child(regime: str, steps: int) -> None:
 
     import_tensorflow()
     from gcl_tf.benchmark.timing import median_seconds
-    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+    from gcl_tf.benchmark.workloads import prepare_train_step
+    from gcl_tf.speed import make_model
 
     shape, memory, backbone = REGIMES[regime]
     model = make_model("gcl", shape, memory=memory, backbone=backbone)

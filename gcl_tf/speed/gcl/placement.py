@@ -14,12 +14,13 @@ def placement_single(devices, quick, log) -> dict:
     placement is read without XLA (see :data:`gcl_tf.benchmark.gpu_placement.XLA_OPS`)."""
     import tensorflow as tf
 
+    from gcl_tf import speed
     from gcl_tf.benchmark import workloads
     from gcl_tf.devices import resolve_jit_compile
 
     memory = 20 if quick else 1000
     with tf.device(devices.single):
-        model = workloads.make_model("gcl", (28, 28, 1), memory=memory)
+        model = speed.make_model("gcl", (28, 28, 1), memory=memory)
         jit = resolve_jit_compile("auto")
         step, traces = workloads.counting_step(model, False)
         x, y = workloads.random_batches((28, 28, 1), 3, seed=3)

@@ -29,9 +29,10 @@ def prepare_row(spec, policy, xla, quick):
     and its trace counter (None for the evaluation, traced once per pass shape)."""
     import tensorflow as tf
 
+    from gcl_tf import speed
     from gcl_tf.benchmark import workloads
 
-    model = workloads.make_model(spec["method"], spec["shape"], memory=spec["memory"], backbone=spec["backbone"],
+    model = speed.make_model(spec["method"], spec["shape"], memory=spec["memory"], backbone=spec["backbone"],
                                  hidden=spec["hidden"], mixed_precision=policy)
     if not spec.get("evaluation"):
         one, traces = workloads.prepare_train_step(model, spec["shape"], jit_compile=xla)

@@ -37,9 +37,10 @@ import numpy as np
 
 from gcl_tf.benchmark.flops import time_gemms
 from gcl_tf.benchmark.timing import MATMUL_SIZE, MatmulReference, interleaved_seconds
-from gcl_tf.benchmark.workloads import counting_step, fill_memory, make_model, random_batches, time_train_step
+from gcl_tf.benchmark.workloads import counting_step, fill_memory, random_batches, time_train_step
 from gcl_tf.errors import exit_on_user_error
 from gcl_tf.io import write_atomic, write_json_atomic
+from gcl_tf.speed import make_model
 from gcl_tf.speed.gcl import against_torch
 from gcl_tf.speed.gcl.flops import gcl_eval_flops, gcl_step_flops, gcl_step_gemms
 

@@ -10,11 +10,17 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from gcl_tf.benchmark import speed  # noqa: E402
+from gcl_tf.errors import exit_on_user_error  # noqa: E402
 
 
+@exit_on_user_error
 def main(argv=None) -> int:
-    return speed.run("gpu", argv)
+    """``main(argv)`` of the lead method's command (its package is imported without TensorFlow, so
+    that ``--help`` and a mistake on the command line are answered in a fraction of a second)."""
+    from gcl_tf import speed
+    from gcl_tf.benchmark import roles
+
+    return speed.command(roles.LEAD, "gpu").main(argv)
 
 
 if __name__ == "__main__":
