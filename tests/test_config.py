@@ -127,7 +127,8 @@ def test_quickstart_config_is_valid_for_finetune_and_er():
         # unknown keys: the key and the allowed keys
         ({"train": {"lr": 0.1}}, (), ["train.lr", "learning_rate", "batch_size"]),
         ({"bogus": 1}, (), ["bogus", "benchmark", "seed"]),
-        ({"method": {"name": "finetune", "memory_size": 3}}, (), ["method.memory_size", "allowed: name"]),
+        ({"method": {"name": "finetune", "memory_size": 3}}, (),
+         ["method.memory_size", "the method is finetune", "allowed: finetune's keys (none)"]),
         ({}, ["model.width=3"], ["model.width", "hidden_size"]),
         # wrong types
         ({"train": {"batch_size": "ten"}}, (), ["train.batch_size", "integer", "'ten'"]),
