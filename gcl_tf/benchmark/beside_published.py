@@ -156,9 +156,10 @@ def today_table(runs) -> tuple[str, str]:
     caption = ("**Today's online protocol** (test %, mean ± sample std (n)): every method with the same in-step "
                "augmentation (crop, flip, colour jitter, grayscale) and a replay batch of 64. LA: learning accuracy, "
                "each task's accuracy just after learning it, averaged over the tasks (a method that learns its "
-               "tasks less well has less to forget: read FGT beside it). Published: the "
-               "re-runs' ACC (a range spans a table's memory sizes 200-1000; their trunk: ResNet-18 with 64 "
-               f"filters). {' and '.join(f'{name} − method' for name in names)}: the mean of the per-seed "
+               "tasks less well has less to forget: read FGT beside it). Published: at the row's memory size, "
+               "PDFK's re-runs (AAAI 2026, Table 1) for the baselines, OnPro's authors' (ICCV 2023, Table 1; "
+               "their own augmentation) for OnPro; their trunk: ResNet-18 with 64 filters, ours 20. "
+               f"{' and '.join(f'{name} − method' for name in names)}: the mean of the per-seed "
                f"differences ± its standard error, against {names[0]} ({', '.join(names[1:])}) on its preset's "
                "trunk at the row's memory size. A method with a setting in brackets is a variant of its "
                "preset run by hand (its folder's name), not the method as published.\n\n")
