@@ -115,7 +115,7 @@ PAPER = {
     "rotated_fashion_mnist": ("rotated", "fashion_mnist", "idx", 20, 1000, 1, False),
 }
 MNIST_LIKE = {"permuted_mnist", "rotated_mnist", "permuted_fashion_mnist", "rotated_fashion_mnist"}
-# GCL presets that are the best trial of a search (issues 22, 32) (docs/gcl.md#the-searched-values-as-presets)
+# GCL presets that are the best trial of a search (issues 22, 32) (docs/gcl/searched_presets.md)
 SEARCHED_GCL = {"permuted_fashion_mnist": "permuted-gcl-20tasks", "rotated_fashion_mnist": "rotated-gcl-20tasks",
                 "permuted_mnist": "permuted-mnist-gcl", "rotated_mnist": "rotated-mnist-gcl"}
 # Our Fashion-MNIST benchmarks carry GCL values tuned on validation splits, not the paper's.

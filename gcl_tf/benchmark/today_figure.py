@@ -26,7 +26,7 @@ _TRUNK = re.compile(rf"(?:{'|'.join(map(re.escape, layout.BACKBONES))})(?:_\d+)?
 
 #: Where a published range is drawn: the re-runs' table gives a method's cells over memory 200 to
 #: 1000 as one range (published.PUBLISHED_TODAY); its low end is read as their run at 200, its high
-#: end at 1000 (docs/reproducing/todays_protocol.md: "by our reading").
+#: end at 1000 (docs/reproducing/todays_protocol_diagnosis.md: "by our reading").
 RANGE_ENDS = (200, 1000)
 
 
