@@ -138,7 +138,7 @@ def test_paper_settings(name):
             assert b.samples_per_task == 1000
         if hasattr(c.method, "memory_size"):
             assert c.method.memory_size == memory, method
-        if method == "gcl" and name in SEARCHED_GCL:  # issue 22: the search's best trial (docs/gcl.md)
+        if method == "gcl" and name in SEARCHED_GCL:  # issue 22: the search's best trial (docs/gcl/searched_presets.md)
             with open(os.path.join(REPO, "docs", "results", "search", SEARCHED_GCL[name], "best.json")) as handle:
                 best = json.load(handle)["values"]
             shipped = flat_keys(c.to_dict())
@@ -148,7 +148,7 @@ def test_paper_settings(name):
             assert (c.train.optimizer, c.train.learning_rate) == ("adam", pytest.approx(1e-3))
             # the paper's values everywhere; they learn through our extensions (the defaults)
             assert (c.method.target_temperature, c.method.context_lambda) == (5, 1)
-            # our extensions for the MLP; the ConvNet presets are the paper's GCL exactly (docs/gcl.md)
+            # our extensions for the MLP; the ConvNet presets are the paper's GCL exactly (docs/gcl/extensions.md)
             extensions = (1.0, 1.0) if name in MNIST_LIKE else (None, None)
             assert (c.method.regularize_below, c.method.kernel_width) == extensions
             if name in MNIST_LIKE:

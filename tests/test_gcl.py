@@ -995,7 +995,8 @@ def test_a_task_learned_at_chance_because_of_the_kernel_is_named_in_one_line(cap
 
 
 def test_middling_edges_that_weigh_the_memory_alike_are_named_though_their_samples_look_selective():
-    """GCL on the baselines' ResNet-18 under today's protocol (docs/reproducing.md; its first task
+    """GCL on the baselines' ResNet-18 under today's protocol
+    (docs/reproducing/todays_protocol_diagnosis.md; its first task
     alone, median width) ends with every expected edge between 0.17 and 1 (median 0.38) and stays
     at chance, silently: a sample at the
     test temperature draws about 40% of those edges on at random, and a row of random edges reads as
@@ -1021,7 +1022,7 @@ def test_middling_edges_that_weigh_the_memory_alike_are_named_though_their_sampl
 
 
 def test_the_warning_names_a_trunk_the_kernel_does_not_suit_and_not_a_sparse_graph_that_learns(capsys):
-    """Split digits (docs/gcl.md): the authors' width with a user's small CNN weighs the memory
+    """Split digits (docs/gcl/extensions.md): the authors' width with a user's small CNN weighs the memory
     alike and stops learning from its second task on: said once, after task 2. The MLP from a
     sparse start (kernel_start_edge 1e-5, as the searches of docs/tuning.md chose: all but a few
     edges below 0.01) learns every task (ACC about 49) and is not warned about."""
@@ -1059,7 +1060,7 @@ def _split_digits_acc(trunk, seed, **keys):
 def test_the_defaults_learn_with_the_mlp_and_a_users_cnn(trunk):
     """With the constructor's defaults GCL learns on split digits with either trunk: their
     embeddings are ~5x apart in scale (median squared distance 2.2 vs 0.46 at initialisation), so
-    no fixed width serves both; the width from the median does. Over seeds 0-4 (docs/gcl.md) it ends
+    no fixed width serves both; the width from the median does. Over seeds 0-4 (docs/gcl/extensions.md) it ends
     at 53 (MLP) and 58 (CNN), ER at 39 and 39; the authors' width stays at chance (10) with both."""
     acc = np.mean([_split_digits_acc(trunk, seed) for seed in (0, 1, 2)])
     assert acc >= 30, acc
