@@ -202,7 +202,7 @@ CHECKED = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path
 @pytest.mark.parametrize("folder", CHECKED)
 def test_each_checked_preset_is_what_its_adoption_check_decided(folder):
     """A searched preset stays only when `python -m gcl_tf.tune.adopt` said adopt; otherwise the
-    config ships the paper's values the check ran against (docs/tuning.md#adopting-a-searched-value)."""
+    config ships the paper's values the check ran against (docs/tuning/adopting.md)."""
     report = json.load(open(os.path.join(ADOPT, folder, "adopt.json")))
     config = load_config(os.path.join(REPO, report["config"]), [f"method.name={report['method']}"])
     shipped = flat_keys(config.to_dict())
