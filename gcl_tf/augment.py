@@ -16,7 +16,7 @@ as their code builds it with kornia / torchvision (``ocl``):
 
 ``crop_flip`` is its geometric half alone (the crop and the flip, no colour step): not a
 published protocol, a diagnostic switch (GCL on the reduced ResNet-18 learns under it and not
-under the whole set: docs/reproducing.md).
+under the whole set: docs/reproducing/todays_protocol_diagnosis.md).
 
 Colour steps need three channels: on grayscale images only the crop, the flip and the
 brightness and contrast factors apply. Deviations from torchvision, each below a pixel or a

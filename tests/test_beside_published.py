@@ -2,6 +2,7 @@
 the paper's memory figures and CN-DPM table, and today's protocol beside its published re-runs."""
 import math
 
+import numpy as np
 import pytest
 
 from gcl_tf.benchmark import beside_published, layout, published, study_tables
@@ -79,7 +80,8 @@ def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     # pairs by seed: GCL − ER on seeds 0 and 2 (-2, -5), OnPro − ER on seed 0 only (+10)
     assert float(er["gcl_minus_mean"]) == pytest.approx(-3.5) and float(er["onpro_minus_mean"]) == pytest.approx(10.0)
     assert float(er["gcl_minus_se"]) == pytest.approx(1.5) and er["onpro_minus_se"] == ""
-    assert float(er["published_low"]) == 45.7 and float(er["published_high"]) == 65.6
+    assert float(er["published_low"]) == float(er["published_high"]) == 52.08  # PDFK's at 500
+    assert float(rows["er", "resnet18 20", "200"]["published_low"]) == 45.72  # and at 200
     # learning accuracy beside FGT: mean ± std over the seeds; "-" where the results do not hold it
     assert float(er["learning_accuracy_mean"]) == 82.0 and float(er["learning_accuracy_std"]) == pytest.approx(8 ** 0.5)
     assert float(rows["gcl", "convnet 64", "500"]["learning_accuracy_mean"]) == 51.0
@@ -91,7 +93,7 @@ def test_today_pairs_gcl_and_onpro_against_each_method_by_seed_at_its_memory():
     assert rows["er", "resnet18 20", "200"]["gcl_minus_mean"] == ""  # no GCL at 200
     onpro = rows["onpro", "resnet18 20", "500"]
     assert float(onpro["published_low"]) == published.PUBLISHED_TODAY[b]["onpro"][500][0] == 72.6
-    assert "| 45.7–65.6 |" in md and "| 72.6 |" in md
+    assert "| 52.1 |" in md and "| 45.7 |" in md and "| 72.6 |" in md
 
 
 def test_today_gives_a_variant_run_by_hand_its_own_row_and_pairs_against_the_preset():
@@ -111,6 +113,14 @@ def test_today_gives_a_variant_run_by_hand_its_own_row_and_pairs_against_the_pre
     assert float(variant["onpro_minus_mean"]) == 10.0  # the preset's seed 0 against the variant's
     assert float(rows["er", "resnet18 20", ""]["onpro_minus_mean"]) == 20.0  # against the preset, not the variant
     assert "| OnPro (rotations4) |" in md and "| 72.6 |" in md
+    # a variant keeps its name whatever memory size or trunk its folder also names (gcl-paper*: the paper's
+    # GCL beside the today's preset), and its memory size is the row's column
+    paper = [run(b, "gcl-paper", 0, 53.0, 11.0, 500, "convnet", 64), run(b, "gcl-paper-memory200", 0, 40.0, 3.0, 200,
+                                                                       "convnet", 64),
+             run(b, "gcl-paper-resnet18", 0, 10.0, 50.0, 500)]
+    assert [beside_published.setting_of(r) for r in paper] == ["paper", "paper", "paper"]
+    md, _ = beside_published.today_table(paper)
+    assert md.count("| GCL (paper) |") == 3
     # with no preset run of OnPro, nothing is paired against the variant
     _, text = beside_published.today_table([r for r in runs if r.variant != "onpro"])
     assert all(r["onpro_minus_mean"] == "" for r in rows_of(text))
@@ -167,3 +177,55 @@ def test_protocol_gain_pairs_the_two_protocols_runs_by_seed(tmp_path):
     assert result["gain_mean"] == pytest.approx(17.5) and result["gain_se"] == pytest.approx(0.5)
     assert result["n"] == 2 and result["paper"]["n"] == 3 and result["today"]["n"] == 3
     assert result["paper"]["mean"] == pytest.approx(98 / 3)
+
+
+def test_today_figure_draws_ours_by_memory_size_with_the_published_points_beside():
+    """today_memory.png's data (today_figure.today_series) and what the figure draws of it: a line
+    per method and setting over memory sizes (mean, std error bars where n > 1), a variant its own
+    series, a run on another trunk named by its folder left out, the published points hollow."""
+    from matplotlib.colors import to_hex
+
+    from gcl_tf.benchmark import plots, today_figure
+    from gcl_tf.benchmark.styles import method_styles
+
+    b = "split_cifar10_ocl"
+    runs = [run(b, "er", s, acc, 30.0, 500) for s, acc in enumerate((50.0, 52.0, 54.0))]
+    runs += [run(b, "er-memory200", 0, 45.0, 40.0, 200), run(b, "er-memory1000", 0, 55.0, 30.0, 1000)]
+    runs += [run(b, "er-convnet", 0, 53.0, 37.0, 500, "convnet", 64)]  # the backbone study: not in the figure
+    runs += [run(b, "gcl-paper", s, acc, 11.0, 500, "convnet", 64) for s, acc in enumerate((55.0, 51.0))]
+    runs += [run(b, "gcl-paper-memory200", 0, 40.0, 3.0, 200, "convnet", 64)]
+    runs += [run(b, "gcl-paper-resnet18", 0, 10.0, 50.0, 500)]  # a trunk named: left out
+    runs += [run(b, "onpro-rotations4", 0, 59.0, 17.0, 500)]
+    runs += [run("split_cifar10", "er", 0, 25.0, 70.0, 250)]  # another protocol: not in this figure
+    data = today_figure.today_series(runs)
+    assert list(data) == [b]
+    ours = {s["label"]: s for s in data[b] if not s["published"]}
+    assert set(ours) == {"ER", "GCL (paper), convnet 64", "OnPro (rotations4)"}
+    er = ours["ER"]
+    assert er["sizes"] == [200, 500, 1000] and er["n"] == [1, 3, 1]
+    assert er["mean"] == pytest.approx([45.0, 52.0, 55.0])
+    assert math.isnan(er["std"][0]) and er["std"][1] == pytest.approx(2.0) and math.isnan(er["std"][2])
+    gcl = ours["GCL (paper), convnet 64"]
+    assert gcl["name"] == "gcl-paper" and gcl["sizes"] == [200, 500] and gcl["mean"] == pytest.approx([40.0, 53.0])
+    assert gcl["std"][1] == pytest.approx(8 ** 0.5)
+    pub = {s["method"]: s for s in data[b] if s["published"]}
+    assert set(pub) == set(published.PUBLISHED_TODAY[b])
+    assert dict(zip(pub["er"]["sizes"], pub["er"]["mean"])) == {200: 45.72, 500: 52.08, 1000: 65.59}  # PDFK
+    assert dict(zip(pub["onpro"]["sizes"], pub["onpro"]["mean"])) == {200: 65.5, 500: 72.6}
+    assert pub["onpro"]["label"] == "OnPro (published)"
+
+    figure = plots.today_memory_figure(runs)
+    ax = figure.axes[0]
+    drawn = {c.get_label(): c for c in ax.containers}  # ours: errorbar containers
+    line, caps, (bars,) = drawn["ER (n = 1, 3, 1)"]
+    assert list(line.get_ydata()) == pytest.approx([45.0, 52.0, 55.0])
+    assert np.diff(bars.get_segments()[1], axis=0)[0][1] == pytest.approx(4.0)  # 52 ± 2
+    assert [np.diff(seg, axis=0)[0][1] for seg in bars.get_segments()][::2] == [0.0, 0.0]  # n = 1: no bar
+    hollow = {h.get_label(): h for h in ax.get_lines() if h.get_label().endswith("(published)")}
+    styles = method_styles({s["name"] for s in data[b]})
+    for method, series in pub.items():
+        h = hollow[series["label"]]
+        assert h.get_markerfacecolor() == "none" and to_hex(h.get_markeredgecolor()) == to_hex(styles[method][0])
+        assert list(h.get_ydata()) == series["mean"]
+    assert to_hex(line.get_color()) == to_hex(hollow["ER (published)"].get_markeredgecolor())
+    assert plots.today_memory_figure([run("split_cifar10", "er", 0, 25.0, 70.0, 250)]) is None

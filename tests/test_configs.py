@@ -115,7 +115,7 @@ PAPER = {
     "rotated_fashion_mnist": ("rotated", "fashion_mnist", "idx", 20, 1000, 1, False),
 }
 MNIST_LIKE = {"permuted_mnist", "rotated_mnist", "permuted_fashion_mnist", "rotated_fashion_mnist"}
-# GCL presets that are the best trial of a search (issues 22, 32) (docs/gcl.md#the-searched-values-as-presets)
+# GCL presets that are the best trial of a search (issues 22, 32) (docs/gcl/searched_presets.md)
 SEARCHED_GCL = {"permuted_fashion_mnist": "permuted-gcl-20tasks", "rotated_fashion_mnist": "rotated-gcl-20tasks",
                 "permuted_mnist": "permuted-mnist-gcl", "rotated_mnist": "rotated-mnist-gcl"}
 # Our Fashion-MNIST benchmarks carry GCL values tuned on validation splits, not the paper's.
@@ -138,7 +138,7 @@ def test_paper_settings(name):
             assert b.samples_per_task == 1000
         if hasattr(c.method, "memory_size"):
             assert c.method.memory_size == memory, method
-        if method == "gcl" and name in SEARCHED_GCL:  # issue 22: the search's best trial (docs/gcl.md)
+        if method == "gcl" and name in SEARCHED_GCL:  # issue 22: the search's best trial (docs/gcl/searched_presets.md)
             with open(os.path.join(REPO, "docs", "results", "search", SEARCHED_GCL[name], "best.json")) as handle:
                 best = json.load(handle)["values"]
             shipped = flat_keys(c.to_dict())
@@ -148,7 +148,7 @@ def test_paper_settings(name):
             assert (c.train.optimizer, c.train.learning_rate) == ("adam", pytest.approx(1e-3))
             # the paper's values everywhere; they learn through our extensions (the defaults)
             assert (c.method.target_temperature, c.method.context_lambda) == (5, 1)
-            # our extensions for the MLP; the ConvNet presets are the paper's GCL exactly (docs/gcl.md)
+            # our extensions for the MLP; the ConvNet presets are the paper's GCL exactly (docs/gcl/extensions.md)
             extensions = (1.0, 1.0) if name in MNIST_LIKE else (None, None)
             assert (c.method.regularize_below, c.method.kernel_width) == extensions
             if name in MNIST_LIKE:
@@ -202,7 +202,7 @@ CHECKED = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path
 @pytest.mark.parametrize("folder", CHECKED)
 def test_each_checked_preset_is_what_its_adoption_check_decided(folder):
     """A searched preset stays only when `python -m gcl_tf.tune.adopt` said adopt; otherwise the
-    config ships the paper's values the check ran against (docs/tuning.md#adopting-a-searched-value)."""
+    config ships the paper's values the check ran against (docs/tuning/adopting.md)."""
     report = json.load(open(os.path.join(ADOPT, folder, "adopt.json")))
     config = load_config(os.path.join(REPO, report["config"]), [f"method.name={report['method']}"])
     shipped = flat_keys(config.to_dict())

@@ -12,7 +12,10 @@ import pytest
 from conftest import REPO
 
 README = os.path.join(REPO, "README.md")
-DOCS = sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))) + [README, os.path.join(REPO, "CHANGELOG.md")]
+# every page under docs/ (the generated suite indexes and tables under docs/results/ are not pages)
+DOCS = sorted(path for path in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True)
+              if not os.path.relpath(path, REPO).startswith(os.path.join("docs", "results", ""))) + \
+    [README, os.path.join(REPO, "CHANGELOG.md")]
 
 
 def read(path) -> str:
@@ -143,13 +146,49 @@ def test_the_readme_python_api_example_prints_the_readmes_numbers(tmp_path):
     assert example_matches_readme(rows, accuracy_rows(printed), exact) is None, (this_environment(), stated)
 
 
-def test_every_relative_link_resolves():
+def anchors(text: str) -> set[str]:
+    """The anchors a Markdown page has on GitHub: each heading's slug (lower case, punctuation
+    dropped, spaces to hyphens; a repeated one numbered), and each ``<a id="...">``."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    found, seen = set(), {}
+    for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return found | set(re.findall(r'<a id="([^"]+)"', text))
+
+
+def broken_links(path: str) -> list[str]:
+    """The relative links of a Markdown page whose file is missing, or whose anchor is not on the page."""
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", read(path)):
+        if re.match(r"[a-z]+:", target) or not (target or anchor):
+            continue
+        resolved = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+        if not os.path.exists(resolved) or (anchor and resolved.endswith(".md")
+                                            and anchor not in anchors(read(resolved))):
+            broken.append(f"{target}#{anchor}" if anchor else target)
+    return broken
+
+
+def test_every_relative_link_resolves(tmp_path):
+    """Every link of README, CHANGELOG and docs/**: its file exists, and its anchor (a heading
+    on GitHub) is on that page; a repository path with an anchor in the configs, the package,
+    the tests or the scripts (``docs/reproducing/mnist.md#real-mnist-without-tfds``) too."""
     for path in DOCS:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", read(path)):
-            if re.match(r"[a-z]+:", target):
-                continue
-            resolved = os.path.normpath(os.path.join(os.path.dirname(path), target))
-            assert os.path.exists(resolved), f"{os.path.relpath(path, REPO)}: {target}"
+        assert broken_links(path) == [], os.path.relpath(path, REPO)
+    quoted = re.compile(r"\b(docs/[\w/.-]+\.md)#([\w-]+)")
+    for folder in ("configs", "gcl_tf", "tests", "notebooks", os.path.join("docs", "results")):
+        for path in glob.glob(os.path.join(REPO, folder, "**", "*"), recursive=True):
+            if os.path.isfile(path) and path.endswith((".py", ".yaml", ".sh", ".ipynb", ".md")):
+                for page, anchor in quoted.findall(read(path)):
+                    where = (os.path.relpath(path, REPO), page, anchor)
+                    assert anchor in anchors(read(os.path.join(REPO, page))), where
+    # the check itself: a heading's slug, a repeated heading, an <a id>, a missing anchor, a missing file
+    (tmp_path / "page.md").write_text('# Today\'s protocol (issue 49)\n## Notes\n## Notes\n<a id="decided"></a>x\n'
+                                      "[a](#todays-protocol-issue-49) [b](#notes-1) [c](page.md#decided) [d](#gone) "
+                                      "[e](other.md) [f](https://x.org/#y)\n")
+    assert broken_links(str(tmp_path / "page.md")) == ["#gone", "other.md"]
 
 
 def test_apt_get_install_comes_after_apt_get_update():

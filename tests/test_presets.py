@@ -1,6 +1,6 @@
 """Every config's presets learn (gcl_tf.benchmark.presets): the check's pieces, and the check itself
 on scikit-learn's digits for every MNIST-like config's GCL preset (the RGB presets are checked on
-CIFAR-10 by the benchmark command, docs/reproducing.md)."""
+CIFAR-10 by the benchmark command, docs/reproducing/split_cifar10.md)."""
 from __future__ import annotations
 
 import glob

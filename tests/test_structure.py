@@ -14,6 +14,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "gcl_tf"
 MAX_FILE_LINES = 400
 MAX_TEST_FILE_LINES = 600  # a test file a reader can hold: split by behaviour, shared harnesses beside
 MAX_FUNCTION_LINES = 60
+# A documentation page (docs/**/*.md) is read whole: one study, one topic a page; the generated
+# tables and suite indexes under docs/results/ are not pages and are not counted. No exception.
+DOCS = ROOT.parent / "docs"
+MAX_DOC_LINES = 300
 # Who may name a registered method: the methods themselves (gcl_tf/methods/); each method's own
 # speed checks, a room of their own above the benchmark's machinery (GCL's step timed against its
 # PyTorch anchor and its analytic FLOPs, with GCL's keys: gcl_tf/speed/gcl/, run by
@@ -57,6 +61,25 @@ def test_no_test_file_is_too_long():
     long_files = [f"{path.name}: {lines} lines" for path in sorted((ROOT.parent / "tests").glob("*.py"))
                   if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_TEST_FILE_LINES]
     assert not long_files, f"over {MAX_TEST_FILE_LINES} lines: {long_files}"
+
+
+def long_pages(docs=DOCS, limit=MAX_DOC_LINES) -> list[str]:
+    """The pages of ``docs`` (its Markdown files, docs/results/ left out) over ``limit`` lines."""
+    pages = [path for path in sorted(docs.rglob("*.md")) if "results" not in path.relative_to(docs).parts[:1]]
+    lengths = {path.relative_to(docs.parent).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+               for path in pages}
+    return [f"{name}: {lines} lines" for name, lines in lengths.items() if lines > limit]
+
+
+def test_no_docs_page_is_too_long(tmp_path):
+    assert not long_pages(), f"over {MAX_DOC_LINES} lines (split the page): {long_pages()}"
+    # the check itself: a long page anywhere under docs/ counts, a generated table under docs/results/ does not
+    (tmp_path / "docs" / "study").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "suite").mkdir(parents=True)
+    (tmp_path / "docs" / "study" / "long.md").write_text("line\n" * 301)
+    (tmp_path / "docs" / "results" / "suite" / "README.md").write_text("| row |\n" * 1000)
+    (tmp_path / "docs" / "short.md").write_text("line\n" * 300)
+    assert long_pages(tmp_path / "docs") == ["docs/study/long.md: 301 lines"]
 
 
 def test_the_generic_layers_name_no_method_and_probe_no_model():

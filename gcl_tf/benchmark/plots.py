@@ -7,6 +7,8 @@ Reads only ``DIR/runs/*/*/seed*/results.json`` and ``artifacts.npz`` (no trainin
 - ``accuracy_tasks_<benchmark>.png``: accuracy after each task, averaged over the tasks seen so
   far, one line per method (mean over seeds, band +- std);
 - ``memory_acc.png``, ``memory_fgt.png``: ER vs GCL over memory sizes, bars with std error bars;
+- ``today_memory.png``: today's protocol, ACC over memory size per method, the published points
+  beside ours (:mod:`gcl_tf.benchmark.today_figure`);
 - ``graph_lambda_<benchmark>.png``: GCL's ACC and FGT over graph_lambda (the paper's figure of
   λ_G), mean with std error bars, a symmetric-log axis so that 0 has its place;
 - ``context_graph_<benchmark>.png``: GCL's learned context graph at the end of training, rows and
@@ -28,6 +30,7 @@ from matplotlib.figure import Figure
 from gcl_tf.benchmark import layout, published, roles, study_tables, tables
 from gcl_tf.benchmark.layout import benchmark_label, method_label, method_sort_key
 from gcl_tf.benchmark.styles import method_styles
+from gcl_tf.benchmark.today_figure import today_memory_figure
 from gcl_tf.errors import UserError, exit_on_user_error
 from gcl_tf.io import read_json, write_atomic
 from gcl_tf.run_plots import figure_png, new_figure, save_figure  # noqa: F401 (the figures' helpers, re-exported)
@@ -275,6 +278,9 @@ def draw_figures(output: str, runs) -> list[str]:
         figure = memory_figure(runs, metric, styles)
         if figure is not None:
             written.append(save_figure(figure, os.path.join(folder, f"memory_{metric}.png")))
+    figure = today_memory_figure(runs, styles)
+    if figure is not None:
+        written.append(save_figure(figure, os.path.join(folder, "today_memory.png")))
     return written
 
 

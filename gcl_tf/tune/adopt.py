@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gcl_tf.tune.adopt",
         description="Whether a config's searched preset should stay: against the paper's values, over "
-                    "seeds, on validation of its own stream and of a second dataset (docs/tuning.md).")
+                    "seeds, on validation of its own stream and of a second dataset (docs/tuning/adopting.md).")
     parser.add_argument("--config", required=True, help="YAML config whose preset holds the searched values")
     parser.add_argument("--method", required=True, help="the preset's method")
     parser.add_argument("--paper", action="append", default=[], metavar="KEY=VALUE",

@@ -7,7 +7,8 @@ results.json exists, so the command resumes where it stopped):
 
 - ``first_task``: Split CIFAR10's first task (classes 0 and 1), 3,000 training images, 10% of them
   held out as validation (2,700 to learn, 270 steps of 10), memory 500, ``benchmark.augment: ocl``,
-  the reduced ResNet-18 with 20 filters, seed 0: the reproducing.md first-task setup on validation.
+  the reduced ResNet-18 with 20 filters, seed 0: the
+  docs/reproducing/todays_protocol_diagnosis.md first-task setup on validation.
 - ``short_stream``: the whole stream, 1,000 images a task (900 to learn, 100 held out), memory 500.
 
 Each run logs its loss terms every step (``train.log_every: 1``); this script reads them from the

@@ -1,4 +1,4 @@
-"""How far apart each trunk puts GCL's edge embeddings at initialisation (issue 22; docs/gcl.md).
+"""How far apart each trunk puts GCL's edge embeddings at initialisation (issue 22; docs/gcl/extensions.md).
 
 For 250 training images per dataset (training mode, seeds 0 and 1): the median squared distance
 between edge embeddings over the first 10 (what kernel_width: median sees at its first step) and

@@ -1,4 +1,4 @@
-"""GCL's kernel width with a user's own trunk, through the Python API (issue 22; docs/gcl.md).
+"""GCL's kernel width with a user's own trunk, through the Python API (issue 22; docs/gcl/extensions.md).
 
 Split digits (5 tasks, 20% of each task's training data held out for validation), memory 200,
 Adam 1e-3, one epoch; prints one JSON line per run with the final ACC on validation and the

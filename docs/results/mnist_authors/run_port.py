@@ -7,7 +7,7 @@ this file, and a rerun skips the runs already there (resumable).
         [--data data/mnist.npz] [--seeds 0 1] [--settings paper-permuted paper-rotated ...]
 
 The port reads MNIST as IDX files: they are written once from the npz (``--idx``, default
-``data/mnist-idx``) made by ``python -m gcl_tf.data to-npz`` (docs/reproducing.md). The port scores
+``data/mnist-idx``) made by ``python -m gcl_tf.data to-npz`` (docs/reproducing/mnist.md). The port scores
 on the test split (as the paper does); it selects nothing, so no value is tuned on it.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ evaluated on CIFAR-10's test split, every class allowed, per task and over all o
         --runs RUNS/gcl/seed1 RUNS/gcl/seed2 --output docs/results/split_cifar10_ocl/gcl_predictions.json
 
 A diagnosis on the test split of learners already trained; a choice between the predictions is
-made on validation (docs/reproducing.md), not from this table.
+made on validation (docs/reproducing/todays_protocol_diagnosis.md), not from this table.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What GCL's kernel sees on the baselines' ResNet-18 under today's protocol (docs/reproducing.md,
+"""What GCL's kernel sees on the baselines' ResNet-18 under today's protocol
+(docs/reproducing/todays_protocol_diagnosis.md,
 "GCL on the baselines' ResNet-18"): forward passes only, no training.
 
     python docs/results/split_cifar10_ocl/resnet_probe.py init --data data/cifar10.npz

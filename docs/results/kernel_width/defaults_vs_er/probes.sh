@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 33 item 5: one GCL argument changed from the constructor defaults at a time on the CIFAR-10 setup
 # (validation), then the best (the sparse start) over seeds 1-2; one process at a time. The table in
-# docs/gcl.md ("What moves the ConvNet's number on that short stream").
+# docs/gcl/extensions.md ("What moves the ConvNet's number on that short stream").
 cd "$(dirname "$0")/../../../.."
 R=docs/results/kernel_width/defaults_vs_er/run.py
 for change in '{"regularize_below": null, "kernel_width": null}' '{"regularize_below": null}' \

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Issue 52 item 6: every searched preset the configs adopted, against the paper's (or the preset
-# before's) values, by the rule of gcl_tf/tune/adopt.py (docs/tuning.md#adopting-a-searched-value).
+# before's) values, by the rule of gcl_tf/tune/adopt.py (docs/tuning/adopting.md).
 # Resumable: a finished run is read, an interrupted one resumed. From the repository's root, with
-# data/mnist.npz (docs/reproducing.md#real-mnist-without-tfds) and Debian's dataset-fashion-mnist.
+# data/mnist.npz (docs/reproducing/mnist.md#real-mnist-without-tfds) and Debian's dataset-fashion-mnist.
 set -eu
 OUT=docs/results/search/adopt
 MNIST="--set benchmark.source=npz --set benchmark.path=data/mnist.npz"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 32's adoption rule (docs/gcl.md#the-searched-values-as-presets): each MNIST preset on validation
+# Issue 32's adoption rule (docs/gcl/searched_presets.md): each MNIST preset on validation
 # (10% of each task's training data, all 20 tasks, the search's protocol) over seeds 0-2, one run at a
 # time; a finished run is skipped. Run from the repository's root: bash docs/results/search/validation-mnist/queue.sh
 set -u
@@ -17,5 +17,5 @@ for bench in permuted rotated; do
     done
   done
 done
-# The rows of docs/gcl.md#the-searched-values-as-presets ran this at commit 27c45d6, before the presets
+# The rows of docs/gcl/searched_presets.md ran this at commit 27c45d6, before the presets
 # changed: at a later commit it runs the presets of the day (each run's config.yaml says which).

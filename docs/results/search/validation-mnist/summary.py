@@ -1,5 +1,5 @@
 """The adoption check's numbers: each MNIST preset's validation ACC over seeds (mean +- std, n)
-against its search's best trial (seed 0), and the rule of docs/gcl.md#the-searched-values-as-presets
+against its search's best trial (seed 0), and the rule of docs/gcl/searched_presets.md
 (replace when the best beats the preset's mean by more than the preset's std over seeds).
 
     python docs/results/search/validation-mnist/summary.py

@@ -12,7 +12,7 @@ the mean over the logged steps (every ``train.log_every`` steps) of
 Each RUN_DIR is a run folder with ``config.yaml`` and ``tensorboard/`` (the paper suite's
 ``runs/split_cifar10/<variant>/seed<s>``). TensorBoard logs are not kept in git: the numbers
 this printed for the graph_lambda study are (``profile.json`` beside this file, with the
-``results.json`` of its two 2-task runs, ``lambda0/`` and ``lambda50/``; docs/reproducing.md
+``results.json`` of its two 2-task runs, ``lambda0/`` and ``lambda50/``; docs/reproducing/split_cifar10.md
 has the commands).
 """
 from __future__ import annotations
