@@ -146,18 +146,28 @@ def test_the_ocl_configs_suite_command_plans_the_seeds_its_table_used():
                                 "images are 8x8 with 1 channel(s); allowed: none, flip or crop_flip"),
     (["method.replay_batch_size=500"], "error: method.replay_batch_size: 500 is more than the method.memory_size 200 "
                                        "samples a memory holds; allowed: at most 200, or null"),
+    (["method.name=icarl", "method.memory_size=200", "method.replay_batch_size=500"],
+     "error: method.replay_batch_size: 500 is more than the method.memory_size 200 samples a memory holds"),
+    (["method.name=mer", "method.memory_size=200", "method.replay_batch_size=500", "train.optimizer=sgd"],
+     "error: method.replay_batch_size: 500 is more than the method.memory_size 200 samples a memory holds; "
+     "allowed: at most 200"),
 ])
 def test_what_was_accepted_silently_or_after_tensorflow_is_one_line_before_it(settings, expected, tmp_path):
     refused(train(tmp_path, *settings), expected)
     assert not (tmp_path / "run").exists()
 
 
-def test_the_methods_in_step_augmentation_read_from_their_sources_is_their_classes():
+def test_an_in_step_augmentation_is_for_the_methods_whose_step_applies_it():
+    """What a method's Config says (augments_in_step) is what its step does: the replay family,
+    Finetune, OnPro and GCL augment inside their step; a model of another refuses one."""
+    import gcl_tf
     from gcl_tf import methods
-    from gcl_tf.method_hints import augmenting
+    from gcl_tf.errors import ConfigError
 
-    assert {m: augmenting(m) for m in methods.names()} == \
-           {m: bool(methods.config_class(m).augments_in_step) for m in methods.names()}
+    assert methods.augmenting_names() == ["finetune", "er", "derpp", "er_ace", "mir", "onpro", "gcl"]
+    with pytest.raises(ConfigError, match="ewc does not augment inside its step"):
+        gcl_tf.EWC(num_classes=10, num_tasks=2, input_shape=(8, 8, 1), augment="ocl")
+    assert gcl_tf.ER(num_classes=10, input_shape=(8, 8, 3), augment="ocl").augment == "ocl"
 
 
 # ----------------------------------------------------------------------------- the Python API's shapes (item 8)

@@ -9,11 +9,22 @@ parent's unless it declares its own.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Optional
 
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, MethodConfig, value_range
+
+
+def check_replay_within_memory(config, section: str = "method") -> None:
+    """A replay batch no larger than the memory it is drawn from (issue 71: 500 from a memory of 200
+    was accepted silently)."""
+    if config.replay_batch_size is not None and config.replay_batch_size > config.memory_size:
+        nullable = [f.default for f in dataclasses.fields(config) if f.name == "replay_batch_size"] == [None]
+        raise ConfigError(f"{section}.replay_batch_size: {config.replay_batch_size} is more than the "
+                          f"{section}.memory_size {config.memory_size} samples a memory holds; allowed: at most "
+                          f"{config.memory_size}" + (", or null (the training batch size)" if nullable else ""))
 
 
 @dataclass
@@ -42,6 +53,9 @@ class ICaRLConfig(MemoryMethodConfig):
     # Exemplars replayed with each incoming batch (null: the training batch size).
     replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
+    def check_settings(self, section: str = "method"):
+        check_replay_within_memory(self, section)
+
 
 @dataclass
 class GEMConfig(MemoryMethodConfig):
@@ -67,10 +81,7 @@ class ERConfig(MemoryMethodConfig):
     replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
 
     def check_settings(self, section: str = "method"):
-        if self.replay_batch_size is not None and self.replay_batch_size > self.memory_size:
-            raise ConfigError(f"{section}.replay_batch_size: {self.replay_batch_size} is more than the "
-                              f"{section}.memory_size {self.memory_size} samples a memory holds; allowed: at most "
-                              f"{self.memory_size}, or null (the training batch size)")
+        check_replay_within_memory(self, section)
 
 
 @dataclass
@@ -86,7 +97,11 @@ class MERConfig(MemoryMethodConfig):
     # Across-batch meta-learning rate (1.0 in all the original's MER Algorithm 1 runs).
     gamma: float = field(default=1.0, metadata=value_range(0.0, lo_open=True))
 
+    def check_settings(self, section: str = "method"):
+        check_replay_within_memory(self, section)
+
     def check(self, config):
+        self.check_settings()
         if config.train.optimizer != "sgd":
             raise ConfigError(
                 f"train.optimizer: mer uses plain SGD steps (MER Algorithm 1), got {config.train.optimizer!r}; "
