@@ -232,7 +232,7 @@ def bad_input(case, tmp_path):
     if case == "labels_outside_class_range":
         update = bad_idx_folder(tmp_path, None)
         update["benchmark"]["num_classes"] = 5
-        return update, "labels outside the class range"
+        return update, "fall outside the class range"
     if case == "image_size_differs_from_config":
         x, y = random_split(60, (8, 8), 10, 0)
         np.savez(tmp_path / "data.npz", x_train=x, y_train=y, x_test=x[:20], y_test=y[:20])

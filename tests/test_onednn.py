@@ -85,7 +85,8 @@ def test_tensorflow_imported_first_with_onednn_off_is_said_once_in_one_line(code
 DETERMINISTIC_STEPS = """
 import hashlib
 import gcl_tf, keras, numpy as np, tensorflow as tf
-from gcl_tf.benchmark.workloads import make_model, random_batches
+from gcl_tf.benchmark.workloads import random_batches
+from gcl_tf.speed import make_model
 tf.config.experimental.enable_op_determinism()
 keras.utils.set_random_seed(0)
 shape = (32, 32, 3)

@@ -30,7 +30,7 @@ VARIANTS = {"gcl-defaults": ("gcl", {"own_latent": True, "target_loss": "present
 
 
 def build(method, policy, **keys):
-    from gcl_tf.benchmark.workloads import make_model
+    from gcl_tf.speed import make_model  # with the speed checks' settings (GCL: the paper's head)
 
     method, variant = VARIANTS.get(method, (method, {}))
     memory = {"gcl": 40, "er": 40, "derpp": 40, "er_ace": 40}.get(method)

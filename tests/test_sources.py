@@ -94,7 +94,7 @@ def test_idx_labels_outside_class_range(tmp_path, make_config):
     write_idx_folder(folder, gz=False)
     config = make_config({"benchmark": {"source": "idx", "path": str(folder), "num_classes": 5}})
     message = one_line_data_error(lambda: make_source(config.benchmark).load("train"))
-    assert "labels outside the class range" in message and "0..4" in message
+    assert "fall outside the class range 0..4 that benchmark.num_classes 5 sets" in message
 
 
 # ------------------------------------------------------------------------------------- npz

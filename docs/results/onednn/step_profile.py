@@ -34,7 +34,8 @@ def main() -> None:
     from tensorflow.python.util import _pywrap_util_port
 
     from gcl_tf.benchmark.timing import cpu_model, interleaved_seconds
-    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+    from gcl_tf.benchmark.workloads import prepare_train_step
+    from gcl_tf.speed import make_model
 
     # TensorFlow reads TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS itself; reported below
     intra, inter = os.environ.get("TF_NUM_INTRAOP_THREADS"), os.environ.get("TF_NUM_INTEROP_THREADS")

@@ -36,7 +36,8 @@ def main() -> None:
         tf.config.threading.set_inter_op_parallelism_threads(int(inter))
 
     from gcl_tf.benchmark.timing import interleaved_seconds
-    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+    from gcl_tf.benchmark.workloads import prepare_train_step
+    from gcl_tf.speed import make_model
 
     shape = (32, 32, 3)
     fns = {}

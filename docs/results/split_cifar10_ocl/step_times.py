@@ -46,7 +46,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from gcl_tf.benchmark.timing import interleaved_seconds
-    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+    from gcl_tf.benchmark.workloads import prepare_train_step
+    from gcl_tf.speed import make_model
 
     steps = {}
     for row, method, trunk, filters, keys in ROWS:

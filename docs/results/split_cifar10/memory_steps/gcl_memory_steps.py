@@ -15,7 +15,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     from gcl_tf.benchmark.timing import interleaved_seconds
-    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+    from gcl_tf.benchmark.workloads import prepare_train_step
+    from gcl_tf.speed import make_model
 
     shape, steps = (32, 32, 3), {}
     for memory in (100, 250, 500, 1000):
