@@ -29,6 +29,49 @@ def test_regularized_contexts_paper_rule_and_learned_threshold():
     np.testing.assert_array_equal(learned, [False, True, False, False, False])  # and best below 0.5
 
 
+def test_label_carrying_contexts_against_the_uniform_graph():
+    """A context carries its label when its stored edges' vote beats s ** exponent (s: the share
+    of the other valid contexts of its class): uniform edges never do, edges to its own class do,
+    an invalid context or one alone in its class never does."""
+    labels = tf.constant([0, 0, 0, 1, 1, 2])
+    valid = tf.constant([True, True, True, True, True, True])
+    same = tf.cast(tf.equal(labels[:, None], labels[None, :]), tf.float32)
+    uniform = tf.zeros([6, 6])
+    np.testing.assert_array_equal(gcl_graph.label_carrying_contexts(uniform, labels, valid, 0.5).numpy(),
+                                  [False] * 6)
+    # uniform edges vote exactly s, which exponent 1 accepts (-log p = -log s) but 0.5 does not
+    np.testing.assert_array_equal(gcl_graph.label_carrying_contexts(uniform, labels, valid, 1.0).numpy(),
+                                  [True] * 5 + [False])
+    selective = 8.0 * same - 4.0  # sigmoid(4) to its class, sigmoid(-4) to the others
+    np.testing.assert_array_equal(gcl_graph.label_carrying_contexts(selective, labels, valid, 0.5).numpy(),
+                                  [True] * 5 + [False])  # class 2 has one context: nothing to carry
+    # context 0's edges to its class only a little above the others: p = 0.53 against s = 0.4
+    weak = tf.tensor_scatter_nd_update(selective, [[0, 1], [0, 2]], [0.5, 0.5])
+    weak = tf.tensor_scatter_nd_update(weak, [[0, 3], [0, 4], [0, 5]], [0.0, 0.0, 0.0])
+    carrying = gcl_graph.label_carrying_contexts(weak, labels, valid, 0.5).numpy()
+    assert not carrying[0] and carrying[1]  # 0.53 < sqrt(0.4) = 0.63
+    # an invalid context is neither counted nor carrying
+    masked = gcl_graph.label_carrying_contexts(selective, labels, tf.constant([True] * 4 + [False] * 2), 0.5).numpy()
+    np.testing.assert_array_equal(masked, [True, True, True, False, False, False])  # 3's class has no other left
+    # the mask joins the paper's rule
+    held = gcl_graph.regularized_contexts(valid, tf.zeros([6]), tf.ones([6]), None,
+                                          tf.constant([True, False, True, False, True, False])).numpy()
+    np.testing.assert_array_equal(held, [True, False, True, False, True, False])
+
+
+def test_regularize_selective_holds_no_context_of_a_uniform_graph():
+    """The regulariser waits for edges that carry the label: on noise with the paper's rule many
+    contexts are held; with regularize_selective 0.5 the stored edges (near-uniform, they carry no
+    label) hold fewer, and the share held is what the step logs."""
+    fractions = {}
+    for selective in (None, 0.5):
+        model = make_model(graph_lambda=50.0, regularize_below=None, regularize_selective=selective, memory_size=20)
+        logs = [model.train_step(batch) for batch in batches(12, seed=3)]
+        fractions[selective] = float(np.mean([float(log["regularized_fraction"]) for log in logs[1:]]))
+    assert fractions[None] > 0.2
+    assert fractions[0.5] < 0.5 * fractions[None]
+
+
 def test_regularize_below_holds_no_edges_of_contexts_never_learned():
     """On noise (every context loss stays near log 10 > 0.5) the paper's rule regularises many
     contexts and keeps their stored edges; with regularize_below 0.5 none is held: the graph loss

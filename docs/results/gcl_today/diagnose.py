@@ -90,6 +90,11 @@ LEVERS = {
     + [SWITCHES["graph_lambda_0"], SWITCHES["normalized"], "method.kernel_width=0.1"],
     "defaults_cb64_normalized": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
     + [SWITCHES["normalized"], "method.kernel_width=0.1"],
+    # the regulariser that waits until the stored edges carry the label (rule 6), on the base and
+    # with the paper's head (the label reaching the trunk only through the graph)
+    "defaults_cb64_selective": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS + ["method.regularize_selective=0.5"],
+    "defaults_cb64_selective_paper_head": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
+    + ["method.regularize_selective=0.5", "method.own_latent=false"],
 }
 VARIANTS.update(LEVERS)
 VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.yaml ships it

@@ -22,6 +22,13 @@ class Config(MemoryMethodConfig):
     # nats) is below this value; until then its stored edges follow the current ones.
     # null: the paper (every context whose loss rose above its best is held).
     regularize_below: Optional[float] = field(default=1.0, metadata=value_range(0.0, lo_open=True))
+    # The regulariser waits until the graph carries the label (our extension, docs/gcl_today.md): a
+    # context's stored edges are held only when their vote for its label beats a graph weighing the
+    # other contexts alike, p >= s ** regularize_selective (p: the share of its stored edge weight on
+    # contexts of its class, s: the share of those contexts; 0.5: the vote's cross-entropy at most
+    # half of chance's); until then they follow the current edges, which can learn the label.
+    # null: no such wait (the paper).
+    regularize_selective: Optional[float] = field(default=None, metadata=value_range(0.0, 1.0, lo_open=True))
     # What the RBF kernel compares (our extension, docs/gcl.md): rbf: the edge embeddings u as the
     # edge head gives them (the paper; their scale, and so the width that separates them, depends on
     # the trunk and drifts while it learns); normalized: u / ||u||, whose squared distances

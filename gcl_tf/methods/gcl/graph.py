@@ -174,15 +174,41 @@ def graph_regularizer(current_logits, stored_logits, regularized, self_pairs: bo
     return tf.math.divide_no_nan(tf.reduce_sum(weights * divergence), tf.reduce_sum(weights))
 
 
-def regularized_contexts(valid, best, current, regularize_below=None):
+def regularized_contexts(valid, best, current, regularize_below=None, carrying=None):
     """The mask m [k] of contexts whose stored edges the regulariser holds: valid contexts whose
     loss ``current`` rose above their ``best`` (the paper), and, with ``regularize_below``, only
     those already learned (``best < regularize_below``): edges stored before a context was
-    learned are not worth keeping (the regulariser's cold start)."""
+    learned are not worth keeping (the regulariser's cold start); with ``carrying`` [k] bool
+    (:func:`label_carrying_contexts`), only those whose stored edges carry their label."""
     m = tf.logical_and(valid, best < current)
     if regularize_below is not None:
         m = tf.logical_and(m, best < regularize_below)
+    if carrying is not None:
+        m = tf.logical_and(m, carrying)
     return m
+
+
+def label_carrying_contexts(stored_logits, labels, valid, exponent):
+    """[k] bool: the valid contexts whose stored edges carry their label (``regularize_selective``).
+
+    ``stored_logits`` [k, k] the stored context-graph logits, ``labels`` [k], ``valid`` [k] bool.
+    Context i's vote along its stored edges to the other valid contexts, p_i = sum_j
+    sigmoid(E_ij) [y_j = y_i] / sum_j sigmoid(E_ij), is compared with what a graph weighing them
+    alike gives, s_i, the share of the other valid contexts of its class: it carries its label
+    when p_i >= s_i ** exponent, i.e. the vote's cross-entropy -log p_i is at most ``exponent``
+    times the uniform graph's -log s_i (exponent 0.5: half of chance's nats gained). A context with
+    no other of its class carries nothing.
+    """
+    k = tf.shape(labels)[0]
+    others = tf.logical_and(tf.logical_and(valid[:, None], valid[None, :]),
+                            tf.logical_not(tf.eye(k, dtype=tf.bool)))
+    same = tf.logical_and(others, tf.equal(labels[:, None], labels[None, :]))
+    weights = tf.sigmoid(tf.stop_gradient(stored_logits)) * tf.cast(others, stored_logits.dtype)
+    vote = tf.math.divide_no_nan(tf.reduce_sum(weights * tf.cast(same, weights.dtype), axis=1),
+                                 tf.reduce_sum(weights, axis=1))
+    share = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(same, weights.dtype), axis=1),
+                                  tf.reduce_sum(tf.cast(others, weights.dtype), axis=1))
+    return tf.logical_and(tf.logical_and(valid, share > 0), vote >= share ** exponent)
 
 
 def sampled_graph(log_k, noise, inverse_temperature):

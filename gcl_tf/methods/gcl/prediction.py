@@ -235,8 +235,12 @@ class Prediction:
         graph = tf.sigmoid(edge_logits(u, u, self.kernel_log_scale)) * (1.0 - tf.eye(filled))
         logits = self.classify(graph, values, self.own_logits(values[:, :self.hidden_size]))  # V = [l, y, 1]
         current = cross_entropy(self.memory.labels[:filled], logits)
-        held = regularized_contexts(tf.ones([filled], tf.bool), self.memory.best_loss[:filled], current,
-                                    self.settings.regularize_below)
+        every = tf.ones([filled], tf.bool)
+        stored = (self.memory.edge_logits[:filled, :filled] if self.memory.edge_memory == "matrix"
+                  else edge_logits(self.memory.edge_embeddings[:filled], self.memory.edge_embeddings[:filled],
+                                   self.kernel_log_scale))
+        held = regularized_contexts(every, self.memory.best_loss[:filled], current, self.settings.regularize_below,
+                                    self.carrying_label(stored, tf.range(filled), every))
         return float(tf.reduce_mean(tf.cast(held, tf.float32)).numpy())
 
     def on_task_end(self, task_index, dataset) -> None:

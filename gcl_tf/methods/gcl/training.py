@@ -33,6 +33,7 @@ from gcl_tf.methods.gcl.graph import (
     edge_logits,
     expected_graph,
     kernel_factors,
+    label_carrying_contexts,
     logistic_noise,
     logit_of_exp,
     median_kernel_width,
@@ -160,11 +161,19 @@ class Training:
         """``(m [k], L_G)``: the contexts held (their loss rose above their best, under
         ``regularize_below``) and the graph regulariser between their current and stored edges."""
         best = tf.gather(self.memory.best_loss, slots)
-        below = self.settings.regularize_below
-        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), below)  # m_i
+        stored = self.stored_edge_logits(slots)
+        regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.settings.regularize_below,
+                                           self.carrying_label(stored, slots, valid))  # m_i
         regularizer = context_graph_regularizer_fused if self.settings.fuse_regularizer else context_graph_regularizer
-        return regularized, regularizer(logits_e, self.stored_edge_logits(slots), regularized,
-                                        self.settings.regularize_self_pairs)
+        return regularized, regularizer(logits_e, stored, regularized, self.settings.regularize_self_pairs)
+
+    def carrying_label(self, stored_logits, slots, valid):
+        """With ``regularize_selective``: the contexts whose stored edges carry their label
+        (:func:`label_carrying_contexts`), the only ones the regulariser may hold; else None."""
+        if self.settings.regularize_selective is None:
+            return None
+        labels = tf.gather(self.memory.labels, slots)
+        return label_carrying_contexts(stored_logits, labels, valid, self.settings.regularize_selective)
 
     def training_forward(self, x, y, slots=None, valid=None, present=None) -> Forward:
         """The differentiable part of a step (run it under a GradientTape).
@@ -237,7 +246,8 @@ class Training:
         with tf.control_dependencies([shared]):
             target_embeddings = all_gather(edges.embeddings[k:])  # [R T, H]
         context_ce = shared[:, 0]
-        regularized = regularized_contexts(valid, best, context_ce, self.settings.regularize_below)
+        regularized = regularized_contexts(valid, best, context_ce, self.settings.regularize_below,
+                                           self.carrying_label(self.stored_edge_logits(slots), slots, valid))
         embeddings = tf.concat([shared[:, 1:], target_embeddings], axis=0)
         scale = tf.stop_gradient(edges.kernel_log_scale)  # the forward pass's, not the updated one
         all_logits = edge_logits(embeddings, embeddings, scale)  # [k + R T, k + R T]
