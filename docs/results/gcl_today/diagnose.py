@@ -90,6 +90,10 @@ LEVERS = {
     + [SWITCHES["graph_lambda_0"], SWITCHES["normalized"], "method.kernel_width=0.1"],
     "defaults_cb64_normalized": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
     + [SWITCHES["normalized"], "method.kernel_width=0.1"],
+    # rule 5 after the batch of 64 fell 6.2 below the whole memory on the short stream: 128, about
+    # the most a step of at most twice ER's (10 + 64 images) affords
+    "defaults_cb128": [SWITCHES[n] for n in TOGETHER] + ["method.edge_memory=embeddings", "method.context_batch=128",
+                                                        "method.also_test_predictions=[vote]"],
     # the regulariser that waits until the stored edges carry the label (rule 6), on the base and
     # with the paper's head (the label reaching the trunk only through the graph)
     "defaults_cb64_selective": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS + ["method.regularize_selective=0.5"],
@@ -99,7 +103,8 @@ LEVERS = {
 VARIANTS.update(LEVERS)
 VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.yaml ships it
 THREE_TASKS = [*LEVERS, "er"]
-SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset"]
+SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
+                "defaults_cb64_selective_paper_head"]
 TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
 
 
