@@ -61,7 +61,6 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
     from gcl_tf import config as config_lib
     from gcl_tf import train
     from gcl_tf.errors import UserError, in_api_words
-    from gcl_tf.faults import check_free
 
     if isinstance(config_or_path, (str, os.PathLike)):
         raw = config_lib.read_config(os.fspath(config_or_path))
@@ -74,7 +73,6 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
     config = config_lib.resolve(raw)
     output_dir = output_dir or config.output_dir
     try:
-        check_free(output_dir)  # another run's folder: said before the data loads, as the command line does
         if overwrite:  # only a run of gcl_tf.train there, as the command line's --overwrite
             from gcl_tf.prechecks import train_folder
 

@@ -115,6 +115,7 @@ def exclusive(folder: str, option: str = "--output"):
         os.makedirs(folder, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as error:
+        check_writable(folder, option)  # a file, under a file, a disk that takes no folder: said as such
         raise disk_error(path, error, f"or choose another {option}") from None
     try:
         try:
@@ -130,16 +131,17 @@ def exclusive(folder: str, option: str = "--output"):
 
 
 @contextlib.contextmanager
-def undo_unsaved_run(folder: str, resume: bool):
-    """Around a fresh run (not ``resume``): when it fails before its first checkpoint, remove what
-    it created in ``folder`` (the folder itself when it created it; else the entries it added),
-    and say so at the end of its one-line error. A run with a checkpoint keeps everything."""
+def undo_unsaved_run(folder: str):
+    """Around a run from before it holds ``folder``: when it fails before its first checkpoint,
+    remove what it created there (the folder itself when it created it; else the entries it
+    added) and, when it wrote more than its lock, say so at the end of its one-line error. A
+    folder with a checkpoint keeps everything (a run resumed, or one that saved)."""
     existed = os.path.isdir(folder)
     before = set(os.listdir(folder)) if existed else set()
     try:
         yield
     except Exception as error:
-        if resume or not os.path.isdir(folder) or checkpoint_steps(folder):
+        if not os.path.isdir(folder) or checkpoint_steps(folder):
             raise
         import shutil
 
@@ -147,10 +149,11 @@ def undo_unsaved_run(folder: str, resume: bool):
         for name in [] if not existed else added:
             path = os.path.join(folder, name)
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+        wrote = set(added if existed else os.listdir(folder)) - {LOCK_FILE}  # the lock: no output of a run
         if not existed:
             shutil.rmtree(folder, ignore_errors=True)
         removed = folder if not existed else ", ".join(added)
-        if isinstance(error, UserError) and removed:
+        if isinstance(error, UserError) and wrote:
             error.args = (f"{error}; removed what the run wrote ({removed}): it stopped before its first "
                           "checkpoint, so nothing of it was worth keeping", *error.args[1:])
         raise

@@ -34,7 +34,8 @@ class MethodConfig:
     """Base of every method's config; each method file subclasses it with its own keys
     (gcl_tf/methods/configs.py), and may override the two rule hooks."""
 
-    # The method's registry key (each method's Config defaults to its own).
+    # The method's registry key (each method's Config defaults to its own; a method without keys of its
+    # own shares its parent's Config, and its settings carry its own key: ContinualModel.checked_settings).
     name: str = ""
     # Keys whose default changed, with the value they had before: a config or learner saved
     # before the change, which lacks the key, ran with that value, and reads back so.

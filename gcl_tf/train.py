@@ -14,10 +14,10 @@ checkpoint at the next step and stops (exit status 128 + the signal); docs/relia
 
 Reading order: :func:`main` (last in the file) checks the config, the folder, the paths and the
 data of a source read without TensorFlow (gcl_tf/prechecks.py) before TensorFlow loads, then calls
-:func:`run`; :func:`train_model`, top to bottom, loads the data, makes the strategy, checks the
-memory, holds the folder, builds or restores the model (:func:`build_training_state`) and lets
-:class:`gcl_tf.task_loop.TaskLoop` fit the tasks in order and write the learner and results; the
-checks it calls are above it.
+:func:`run`; :func:`train_model`, top to bottom, makes the strategy, holds the folder and checks it
+(once, under its lock), loads the data, checks the memory (:func:`checked_inputs`), builds or
+restores the model (:func:`build_training_state`) and lets :class:`gcl_tf.task_loop.TaskLoop` fit
+the tasks in order and write the learner and results; the checks it calls are above it.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from gcl_tf import config as config_lib
 from gcl_tf import config_dicts, prechecks, run_layout
 from gcl_tf.data import fingerprint
 from gcl_tf.errors import NotResumable, Stopped, UserError, exit_on_user_error
-from gcl_tf.faults import StopSignals, check_free, check_writable, exclusive, undo_unsaved_run
+from gcl_tf.faults import StopSignals, exclusive, undo_unsaved_run
 from gcl_tf.io import write_atomic, write_json_atomic
 from gcl_tf.learner import check_init_folder
 from gcl_tf.quiet import import_tensorflow
@@ -52,9 +52,9 @@ PROGRESS_SECONDS = 60.0  # a progress line about once a minute in a log file (tr
 # ----------------------------------------------------------------------------- before training
 def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None:
     """Refuse to replace a finished run, or an unfinished one (its checkpoints) without ``--resume`` or
-    ``--overwrite``, or a path that cannot be a folder. Nothing written (bad input must leave the folder
-    alone; check_writable's probe is removed at once) and no TensorFlow: the command line checks this first."""
-    check_writable(output_dir)  # a file, under a file, /proc: said as such, not as a failed write
+    ``--overwrite``, or to resume without a checkpoint. Nothing written and no TensorFlow: the command
+    line checks this before TensorFlow loads (after :func:`gcl_tf.prechecks.train_folder`: the path can
+    be a folder, no run holds it), :func:`train_model` under the folder's lock."""
     results = os.path.join(output_dir, RESULTS)
     if os.path.exists(results) and resume:
         raise UserError(f"--resume: {results} exists, the run is finished; nothing to resume")
@@ -64,7 +64,6 @@ def check_output(output_dir: str, overwrite: bool, resume: bool = False) -> None
         raise NotResumable.no_checkpoint(output_dir)
     left = None if overwrite or resume else run_layout.unfinished_run(output_dir)
     if left:
-        check_free(output_dir)  # a run still going: that is what to say
         raise UserError(f"{output_dir} holds {left}; pass --resume to continue it, or --overwrite to start "
                         "again and delete it, or choose another --output")
 
@@ -196,23 +195,18 @@ def run(config, output_dir=None, overwrite: bool = False, verbose=None, benchmar
 
 def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, benchmark=None, resume: bool = False,
                 progress_seconds=None) -> TrainedModel:
-    """:func:`run`, returning the trained model with the results: the folder (nothing written),
-    the data, the strategy, the memory estimate, then under the folder's lock the folder again
-    (another run may have changed it meanwhile), the model (built or restored) and the tasks
-    (:class:`gcl_tf.task_loop.TaskLoop`)."""
+    """:func:`run`, returning the trained model with the results: the strategy (which says where
+    this process writes), then under the folder's lock the folder (checked once), the data, the
+    memory estimate, the model (built or restored) and the tasks (:class:`gcl_tf.task_loop.TaskLoop`)."""
     import keras
     import tensorflow as tf
 
     from gcl_tf import distribute, methods
-    from gcl_tf.data import ContinualBenchmark
-    from gcl_tf.data.streams import task_steps_per_epoch
-    from gcl_tf.resources import check_memory
     from gcl_tf.task_loop import TaskLoop
 
     output_dir = output_dir or config.output_dir
     config = dataclasses.replace(config, output_dir=output_dir)  # the saved config.yaml names this run's folder
     verbose, progress_seconds = output_modes(config, verbose, progress_seconds)
-    check_folder(output_dir, config, overwrite, resume)  # a quick answer, nothing written (again under the lock)
     multi_worker = config.train.distribute == "multi_worker"
     if resume and multi_worker:
         raise UserError("--resume: not available with train.distribute: multi_worker; allowed: none, mirrored")
@@ -220,38 +214,51 @@ def train_model(config, output_dir=None, overwrite: bool = False, verbose=None, 
         if config.train.deterministic:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)
-        if benchmark is None:  # the data: every task has a batch, before anything is written
-            benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
-            for task in benchmark.tasks:
-                task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
         cls = methods.method_class(config.method.name)
         strategy = make_strategy(config, cls)
         if strategy is not None and not distribute.is_chief(strategy):  # takes part in every step, writes elsewhere
             output_dir = scratch.enter_context(tempfile.TemporaryDirectory(prefix="gcl_tf-worker-"))
             config = dataclasses.replace(config, output_dir=output_dir)
             overwrite, resume, verbose, progress_seconds = True, False, 0, 0
-        init_from = None
-        if config.init_from is not None and not resume:  # a resumed run restores its own checkpoint
-            from gcl_tf.learner import check_init_from
-
-            init_from = check_init_from(config, benchmark, output_dir)
-        buffers = cls.memory_estimate(config, benchmark.input_shape, benchmark.num_classes)
-        if buffers:
-            check_memory(buffers, f"method.memory_size: {config.method.memory_size}", cls.memory_advice(config))
-        # One run at a time holds the folder; multi-worker training stops together or not at all
-        # (there a signal ends the process).
-        with undo_unsaved_run(output_dir, resume), exclusive(output_dir), \
-                StopSignals(enabled=not multi_worker) as stop:  # a run that fails before saving leaves nothing
-            resume_from = check_folder(output_dir, config, overwrite, resume)  # again: no other run can change it now
+        # One run at a time holds the folder, from before its data loads: the folder is checked once,
+        # under the lock, so no other run changes it between the check and the writes; a run that fails
+        # before its first checkpoint leaves nothing.
+        with undo_unsaved_run(output_dir), exclusive(output_dir):
+            resume_from = check_folder(output_dir, config, overwrite, resume)
+            benchmark, init_from = checked_inputs(config, cls, benchmark, output_dir, resume)
             if strategy is not None:  # a distributed iterator reports its end as running out of data
                 warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
-            with strategy.scope() if strategy is not None else contextlib.nullcontext():
-                model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from, init_from)
-            if resume_from is None:
-                start_output(output_dir, config, benchmark)
-            results = TaskLoop(config, output_dir, benchmark, model, checkpoints, strategy, stop, verbose,
-                               progress_seconds, init_from).run()
+            with StopSignals(enabled=not multi_worker) as stop:  # multi-worker: stops together or not at all
+                with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                    model, checkpoints = build_training_state(config, benchmark, output_dir, resume_from, init_from)
+                if resume_from is None:
+                    start_output(output_dir, config, benchmark)
+                results = TaskLoop(config, output_dir, benchmark, model, checkpoints, strategy, stop, verbose,
+                                   progress_seconds, init_from).run()
     return TrainedModel(results, model)
+
+
+def checked_inputs(config, cls, benchmark, output_dir: str, resume: bool) -> tuple:
+    """The data (loaded unless given; every task has a batch) and ``init_from``'s learner
+    (:func:`gcl_tf.learner.check_init_from`; None when resuming: the run restores its own checkpoint),
+    then the memory estimate: all before anything is written."""
+    from gcl_tf.data import ContinualBenchmark
+    from gcl_tf.data.streams import task_steps_per_epoch
+    from gcl_tf.resources import check_memory
+
+    if benchmark is None:
+        benchmark = ContinualBenchmark(config.benchmark, config.seed, load_test=config.eval.split == "test")
+        for task in benchmark.tasks:
+            task_steps_per_epoch(len(task.train_data), config.train.batch_size, task.index)
+    init_from = None
+    if config.init_from is not None and not resume:
+        from gcl_tf.learner import check_init_from
+
+        init_from = check_init_from(config, benchmark, output_dir)
+    buffers = cls.memory_estimate(config, benchmark.input_shape, benchmark.num_classes)
+    if buffers:
+        check_memory(buffers, f"method.memory_size: {config.method.memory_size}", cls.memory_advice(config))
+    return benchmark, init_from
 
 
 def check_folder(output_dir: str, config, overwrite: bool, resume: bool):
@@ -325,6 +332,8 @@ def main(argv=None) -> int:
     # run's checkpoints and config.yaml once it loads).
     config = config_lib.precheck(args.config, overrides)
     output_dir = prechecks.train_folder(args.output, config, args.overwrite)  # another run's, with --overwrite too
+    # A preview, before TensorFlow loads; the check that counts is train_model's under the folder's
+    # lock (another run may finish or start in the folder in the seconds TensorFlow takes to load).
     check_output(output_dir, args.overwrite, args.resume)
     if not args.resume:  # a resumed run restores its own checkpoint
         check_init_from_folder(config, output_dir)

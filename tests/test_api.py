@@ -114,7 +114,7 @@ def test_a_methods_keys_are_its_config_given_as_keywords_or_as_settings():
         assert getattr(gcl_tf, cls.__name__) is cls and cls.__name__ in gcl_tf.__all__
         model = cls(num_classes=10, input_shape=(8, 8, 1), **extra)
         assert model.name == name and methods.registry_name(cls) == name
-        assert model.settings == cls.Config()
+        assert model.settings == cls.Config(name=name)  # its Config's defaults (its parent's for CBRS), its name
     config = gcl_tf.config.resolve({"method": {"name": "gcl", "graph_lambda": 7.0, "memory_size": 30}})
     model = methods.build(config, (8, 8, 1), 10)
     assert model.settings == config.method and model.settings.graph_lambda == 7.0 and model.capacity == 30

@@ -231,6 +231,8 @@ def test_gcl_tf_run_names_its_own_keywords_not_the_command_line_options(tmp_path
             gcl_tf.run(QUICKSTART, output_dir=folder, **keywords)
         assert expected in str(error.value) and "--" not in str(error.value), str(error.value)
     assert isinstance(error.value, NotResumable) and "--" not in error.value.advice
-    with exclusive(str(tmp_path / "busy")), pytest.raises(UserError) as error:
-        gcl_tf.run(QUICKSTART, output_dir=str(tmp_path / "busy"), overwrite=True)
-    assert str(error.value).endswith("wait for it to end, stop it, or choose another output_dir")
+    assert not os.path.exists(tmp_path / "new") and os.listdir(done) == ["results.json"]  # nothing left, no lock
+    for keywords in ({"overwrite": True}, {}):  # --overwrite's precheck; the run's own lock, before its data loads
+        with exclusive(str(tmp_path / "busy")), pytest.raises(UserError) as error:
+            gcl_tf.run(QUICKSTART, output_dir=str(tmp_path / "busy"), **keywords)
+        assert str(error.value).endswith("wait for it to end, stop it, or choose another output_dir")

@@ -34,6 +34,7 @@ REGISTRY = {  # in the order of the tables' rows (the paper's; GCL, the paper's 
     "derpp": ("gcl_tf.methods.derpp", "DERPP", configs.DERPPConfig),
     "er_ace": ("gcl_tf.methods.er_ace", "ERACE", configs.ERACEConfig),
     "mir": ("gcl_tf.methods.mir", "MIR", configs.MIRConfig),
+    "cbrs": ("gcl_tf.methods.cbrs", "CBRS", configs.ERConfig),  # ER's keys: it adds none
     "onpro": ("gcl_tf.methods.onpro", "OnPro", configs.OnProConfig),
     "gcl": ("gcl_tf.methods.gcl.model", "GCL", gcl_config.Config),
 }

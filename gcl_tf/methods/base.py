@@ -164,7 +164,8 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
                 raise TypeError(f"{cls.__name__}.__init__(): settings must be a {config.__qualname__}, given alone "
                                 f"(not with keys as keywords)")
             keys = {key: getattr(settings, key) for key in names}
-        built = build_dataclass(config, keys, cls.__name__)
+        registered = methods.registry_name(cls)  # the method's settings name it, its Config its own or its parent's
+        built = build_dataclass(config, {**keys, **({"name": registered} if registered else {})}, cls.__name__)
         built.check_settings(cls.__name__)
         return built
 

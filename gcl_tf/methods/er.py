@@ -31,8 +31,13 @@ class ER(ContinualModel):
     def __init__(self, backbone=None, *, num_classes, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         self.network = classifier(self.default_backbone(backbone), self.image_shape, self.num_classes)
-        self.memory = ReservoirMemory(self.settings.memory_size, self.image_shape, seed=self.seed,
-                                      extra=self.memory_fields(self.num_classes))
+        self.memory = self.make_memory()
+
+    def make_memory(self) -> ReservoirMemory:
+        """The episodic memory, filled by reservoir sampling (a method that fills it by another rule
+        returns a memory of its own with the same fields: CBRS)."""
+        return ReservoirMemory(self.settings.memory_size, self.image_shape, seed=self.seed,
+                               extra=self.memory_fields(self.num_classes))
 
     def replay_size(self, batch: int) -> int:
         """Samples replayed with a (global) batch of ``batch``."""

@@ -56,6 +56,16 @@ def command(name: str, which: str):
     return importlib.import_module(f"{package.__name__}.{which}")
 
 
+def lead_main(which: str, argv=None) -> int:
+    """``main(argv)`` of the paper's method's (the ``lead`` of paper_suite.yaml) command ``which``,
+    ``throughput`` or ``gpu``: what :mod:`.throughput` and :mod:`.gpu` run. Its package is imported
+    without TensorFlow, so that ``--help`` and a mistake on the command line are answered in a
+    fraction of a second."""
+    from gcl_tf.benchmark import roles
+
+    return command(roles.LEAD, which).main(argv)
+
+
 def make_model(method: str, input_shape, **keywords):
     """:func:`gcl_tf.benchmark.workloads.make_model` with the settings of the method's speed checks."""
     from gcl_tf.benchmark import workloads  # (TensorFlow: deferred to a model)

@@ -15,12 +15,10 @@ from gcl_tf.errors import exit_on_user_error  # noqa: E402
 
 @exit_on_user_error
 def main(argv=None) -> int:
-    """``main(argv)`` of the lead method's command (its package is imported without TensorFlow, so
-    that ``--help`` and a mistake on the command line are answered in a fraction of a second)."""
+    """The lead method's ``gpu`` command (:func:`gcl_tf.speed.lead_main`)."""
     from gcl_tf import speed
-    from gcl_tf.benchmark import roles
 
-    return speed.command(roles.LEAD, "gpu").main(argv)
+    return speed.lead_main("gpu", argv)
 
 
 if __name__ == "__main__":
