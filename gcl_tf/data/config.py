@@ -31,6 +31,10 @@ class BenchmarkConfig:
     # Test samples per task (null: the task's whole test split).
     test_samples_per_task: Optional[int] = field(default=None, metadata=value_range(1))
     classes_per_task: int = field(default=2, metadata=value_range(1))
+    # split: which classes each task holds. fixed: task t has classes [t k, (t + 1) k) (the GCL paper's
+    # order); random: the classes shuffled by the run's seed first (one order per seed, the same on
+    # --resume and for any benchmark.tasks; the re-runs of today's protocol), results.json's task_classes.
+    class_order: Literal["fixed", "random"] = "fixed"
     # Number of classes (null: inferred from the source).
     num_classes: Optional[int] = field(default=None, metadata=value_range(2))
     # Multi-head (task-aware test): predictions restricted to the task's classes.

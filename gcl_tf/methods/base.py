@@ -62,6 +62,9 @@ def make_optimizer(train_config) -> keras.optimizers.Optimizer:
         return keras.optimizers.SGD(learning_rate=train_config.learning_rate)
     if train_config.optimizer == "adam":
         return keras.optimizers.Adam(learning_rate=train_config.learning_rate)
+    if train_config.optimizer == "adamw":  # decoupled: w -= learning_rate * weight_decay * w, as torch's AdamW
+        return keras.optimizers.AdamW(learning_rate=train_config.learning_rate,
+                                      weight_decay=train_config.weight_decay)
     raise ValueError(f"unknown optimizer {train_config.optimizer!r}")
 
 
