@@ -154,3 +154,60 @@ def test_the_reruns_values_are_reachable_from_the_todays_preset(method):
     assert (config.train.learning_rate, config.train.weight_decay) == (pytest.approx(5e-4), pytest.approx(1e-4))
     preset = load_config(TODAY, [f"method.name={method}"])  # and the defaults stay the paper's / the preset's
     assert (preset.benchmark.class_order, preset.train.weight_decay) == ("fixed", 0.0)
+
+
+# ----------------------------------------------------------------------------- the rule's script
+def rule_script(tmp_path, monkeypatch, scores: dict):
+    """docs/results/split_cifar10_ocl/rerun_switches.py with its runs' folders in ``tmp_path``,
+    each run of ``scores`` finished at that validation ACC."""
+    import importlib.util
+    import json
+
+    path = os.path.join(REPO, "docs", "results", "split_cifar10_ocl", "rerun_switches.py")
+    spec = importlib.util.spec_from_file_location("rerun_switches", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", str(tmp_path))
+    monkeypatch.setattr(script, "EARLIER", {})
+    for name, acc in scores.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"acc": acc}))
+    return script
+
+
+def test_the_rule_adopts_a_switch_only_past_its_margin_and_one_optimizer_at_most(tmp_path, monkeypatch):
+    script = rule_script(tmp_path, monkeypatch, {"derpp-preset": 47.0, "derpp-mkd_ocl": 50.0,
+                                                  "derpp-mkd_ocl_one_pass": 52.5, "derpp-ccl_dc": 49.5,
+                                                  "derpp-torch_init": 49.2, "er-preset": 50.0})
+    assert script.adopted("er") == []  # a run missing: nothing decided yet
+    assert script.adopted("derpp") == ["torch_init", "mkd_ocl_one_pass"]  # 2.2 > 2; the best optimizer only
+    width = script.plan("width")
+    assert width["derpp-adopted"] == ("derpp", ["model.initializer=torch", *script.SWITCHES["derpp", "mkd_ocl_one_pass"]])
+    assert width["derpp-adopted-64"][1][-1] == "model.filters=64"
+    assert script.width_decision("derpp") == "not yet"
+    (tmp_path / "derpp-adopted").mkdir()
+    (tmp_path / "derpp-adopted" / "results.json").write_text('{"acc": 53.0}')
+    (tmp_path / "derpp-adopted-64").mkdir()
+    (tmp_path / "derpp-adopted-64" / "results.json").write_text('{"acc": 54.5}')
+    assert script.width_decision("derpp") == "20 filters (64: +1.50)"  # within the margin: the cheaper trunk
+
+
+def test_the_rules_derpp_runs_are_the_reruns_settings():
+    """mkd_ocl's DER++ (Adam 1e-4, alpha 0.2, beta 1.0) and CCL-DC's (AdamW 5e-4, decay 1e-4), over
+    the today's preset, which keeps its own values (SGD 0.03, 0.1, 0.5, the authors' separate runs)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "rerun_switches", os.path.join(REPO, "docs", "results", "split_cifar10_ocl", "rerun_switches.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    base = ["method.name=derpp"]
+    mkd = load_config(TODAY, base + script.SWITCHES["derpp", "mkd_ocl"])
+    assert (mkd.train.optimizer, mkd.train.learning_rate, mkd.method.alpha, mkd.method.beta, mkd.method.one_pass) \
+        == ("adam", pytest.approx(1e-4), 0.2, 1.0, False)
+    ccl = load_config(TODAY, base + script.SWITCHES["derpp", "ccl_dc"])
+    assert (ccl.train.optimizer, ccl.train.learning_rate, ccl.train.weight_decay) == \
+        ("adamw", pytest.approx(5e-4), pytest.approx(1e-4))
+    preset = load_config(TODAY, base)
+    assert (preset.train.optimizer, preset.train.learning_rate, preset.method.alpha, preset.method.beta,
+            preset.method.one_pass) == ("sgd", pytest.approx(0.03), 0.1, 0.5, False)
