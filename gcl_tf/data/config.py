@@ -56,13 +56,14 @@ class BenchmarkConfig:
     # protocol, random resized crop, flip, colour jitter and grayscale applied inside the step to
     # the incoming and the replayed images alike, the memory keeping them raw (gcl_tf/augment.py;
     # the methods with augments_in_step); crop_flip: ocl's crop and flip alone, no colour step (a
-    # diagnostic, not a published protocol); none: as read.
-    augment: Literal["none", "flip", "ocl", "crop_flip"] = "none"
+    # diagnostic, not a published protocol); pad_crop_flip: a crop of the image padded with 4 zeros, and
+    # the flip, in the step (CCL-DC's set for DER++ and ER-ACE); none: as read.
+    augment: Literal["none", "flip", "ocl", "crop_flip", "pad_crop_flip"] = "none"
 
 
 #: The ``augment`` values the model applies inside its step (gcl_tf/augment.py); ``flip`` is the
 #: stream's own. One list for the stream, the method's keyword and the augmentation module.
-IN_STEP_AUGMENTATIONS = ("none", "ocl", "crop_flip")
+IN_STEP_AUGMENTATIONS = ("none", "ocl", "crop_flip", "pad_crop_flip")
 
 
 def settle_color_mode(benchmark: BenchmarkConfig) -> Optional[str]:
