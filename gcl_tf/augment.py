@@ -18,6 +18,11 @@ as their code builds it with kornia / torchvision (``ocl``):
 published protocol, a diagnostic switch (GCL on the reduced ResNet-18 learns under it and not
 under the whole set: docs/reproducing/todays_protocol_diagnosis.md).
 
+``pad_crop_flip`` is CCL-DC's ``partial`` set for DER++ and ER-ACE (and the OCL survey's): each image
+padded with 4 zero pixels and cropped back at a random offset (torchvision's ``RandomCrop(32,
+padding=4)``; per image here, where torchvision on a batch tensor draws one offset for the batch), then
+the flip (docs/reproducing/rerun_settings.md).
+
 Colour steps need three channels: on grayscale images only the crop, the flip and the
 brightness and contrast factors apply. Deviations from torchvision, each below a pixel or a
 rounding: the four jitter steps run in a fixed order (brightness, contrast, saturation, hue;
@@ -45,6 +50,7 @@ JITTER_P = 0.8
 BRIGHTNESS = CONTRAST = SATURATION = 0.4
 HUE = 0.1
 GRAYSCALE_P = 0.2
+PAD = 4  # pad_crop_flip's zero border (pixels)
 _LUMA = (0.299, 0.587, 0.114)
 
 
@@ -167,6 +173,19 @@ def ocl(images, seed, colour: bool = True):
     return random_grayscale(out, s_gray)
 
 
+def pad_crop(images, seed, pad: int = PAD):
+    """Each image [N, H, W, C] padded with ``pad`` zeros on every side, then cropped back to H x W at
+    an integer offset drawn uniformly in [0, 2 pad] each way, per image."""
+    n, height, width = images.shape[0], images.shape[1], images.shape[2]
+    padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+    s_y, s_x = _seeds(seed, 2)
+    top = tf.random.stateless_uniform([n], s_y, 0, 2 * pad + 1, tf.int32)
+    left = tf.random.stateless_uniform([n], s_x, 0, 2 * pad + 1, tf.int32)
+    rows = top[:, None] + tf.range(height)[None, :]  # [N, H]
+    cols = left[:, None] + tf.range(width)[None, :]  # [N, W]
+    return tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
+
+
 def augment(images, name: str, seed):
     """``images`` [N, H, W, C] (float in [0, 1]) augmented by the set ``name`` (:data:`IN_STEP`)
     with the stateless ``seed`` [2]; ``none`` returns them as given."""
@@ -175,4 +194,7 @@ def augment(images, name: str, seed):
     if name in ("ocl", "crop_flip"):
         dtype = images.dtype
         return tf.cast(ocl(tf.cast(images, tf.float32), seed, colour=name == "ocl"), dtype)
+    if name == "pad_crop_flip":
+        s_crop, s_flip = _seeds(seed, 2)
+        return random_flip(pad_crop(images, s_crop), s_flip)
     raise ValueError(f"unknown in-step augmentation {name!r}; allowed: {', '.join(IN_STEP)}")

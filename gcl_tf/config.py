@@ -62,8 +62,12 @@ class ModelConfig:
 class TrainConfig:
     batch_size: int = field(default=10, metadata=value_range(1))
     epochs: int = field(default=1, metadata=value_range(1))
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    # sgd, adam, or adamw: Adam with decoupled weight decay (keras.optimizers.AdamW, PyTorch's AdamW:
+    # each step also multiplies every weight by 1 - learning_rate * weight_decay; CCL-DC's re-runs).
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
     learning_rate: float = field(default=0.1, metadata=value_range(0.0, lo_open=True))
+    # adamw's decoupled weight decay (CCL-DC: 1e-4); only adamw takes one other than 0.
+    weight_decay: float = field(default=0.0, metadata=value_range(0.0, 1.0, hi_open=True))
     # Compile the training step with XLA: true, false, or auto (by device type: off on CPU, where
     # XLA measured slower; on on a GPU; gcl_tf/devices.py, docs/gpu.md).
     jit_compile: Union[bool, Literal["auto"]] = "auto"
@@ -232,6 +236,9 @@ def _check_consistency(config: Config) -> None:
     b = config.benchmark
     if b.source in LOCAL_SOURCES and not b.path:
         raise ConfigError(f"benchmark.path: required for source {b.source}; give the data location")
+    if b.class_order != "fixed" and b.name != "split":
+        raise ConfigError(f"benchmark.class_order: {b.name} tasks each hold every class; allowed: fixed, or "
+                          "benchmark.name: split")
     if b.multi_head and b.name != "split":
         raise ConfigError("benchmark.multi_head: only the split protocol has per-task classes; allowed: false")
     if b.tasks is not None:
@@ -240,6 +247,9 @@ def _check_consistency(config: Config) -> None:
             what = f"{bad[0]} is not a task of the {b.num_tasks}" if bad else "tasks repeat or none is given among the"
             raise ConfigError(f"benchmark.tasks: {what} (benchmark.num_tasks); allowed: distinct indices from 0 to "
                               f"{b.num_tasks - 1}, or null for all")
+    if config.train.weight_decay > 0 and config.train.optimizer != "adamw":
+        raise ConfigError(f"train.weight_decay: {config.train.optimizer} takes none (got {config.train.weight_decay:g}); "
+                          "allowed: 0, or train.optimizer: adamw (decoupled weight decay)")
     if config.eval.split == "validation" and b.validation_fraction <= 0:
         raise ConfigError(
             "eval.split: validation needs benchmark.validation_fraction > 0; allowed: test, or set a fraction"

@@ -16,6 +16,7 @@ VALIDATION = 3  # the validation samples held out of them
 TEST = 4  # which test samples a task holds
 ORDER = 5  # the order of a task's stream
 FLIP = 6  # the training images flipped (augment: flip)
+CLASS_ORDER = 7  # split, class_order: random: the classes' order (one draw per run, task 0's stream)
 
 # ----------------------------------------------------------------------------- the compiled step
 RESERVOIR = 101  # reservoir sampling's slots (counter: samples seen)

@@ -145,7 +145,9 @@ class TaskLoop:
             c = self.config
             print(f"{c.method.name} on {describe_trunk(c.model)}, {c.benchmark.name} {c.benchmark.dataset} "
                   f"({c.benchmark.source}), {T} tasks, batch {c.train.batch_size}, {c.train.optimizer} "
-                  f"{c.train.learning_rate:g}, seed {c.seed} -> {self.output_dir}", flush=True)
+                  f"{c.train.learning_rate:g}" + (f" (weight decay {c.train.weight_decay:g})" if c.train.weight_decay else "")
+                  + (", random class order" if c.benchmark.class_order == "random" else "")
+                  + f", seed {c.seed} -> {self.output_dir}", flush=True)
         if self.init_from is not None and self.verbose:
             print(f"Starting from the learner of {self.init_from['run']}: {start.task_offset} tasks and "
                   f"{start.first_step} steps behind it; this run's task 1 is its task {start.task_offset + 1}",
@@ -221,6 +223,8 @@ class TaskLoop:
                 write_npz_atomic(os.path.join(self.output_dir, ARTIFACTS), artifacts)
             write_learner(self.model, self.output_dir)
         results = run_results(self.config, self.model, self.evaluator, self.clock.task_seconds, self.start)
+        # each task's classes, in the stream's order (benchmark.class_order: random draws them by seed)
+        results["task_classes"] = [[int(k) for k in task.classes] for task in self.benchmark.tasks]
         path = os.path.join(self.output_dir, RESULTS)
         with finishing():
             write_json_atomic(path, results)

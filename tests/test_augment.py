@@ -150,6 +150,28 @@ def test_crop_flip_is_the_sets_geometric_half_without_its_colour():
     assert sum(not np.allclose(c, f, atol=1e-3) for c, f in zip(coloured, flat.numpy())) >= 8
 
 
+def test_pad_crop_flip_is_a_window_of_the_zero_padded_image_per_image_then_the_flip():
+    """``pad_crop_flip`` (CCL-DC's partial set): each output is the H x W window at some offset in
+    [0, 8] of the image padded with 4 zeros, mirrored or not; offsets differ between images (one
+    draw per image, not per batch) and every offset and both flips occur; the same seed, the same."""
+    import tensorflow as tf
+
+    from gcl_tf import augment
+
+    x = images(64, 8, seed=1)
+    seed = tf.constant([5, 6])
+    out = augment.augment(tf.constant(x), "pad_crop_flip", seed).numpy()
+    np.testing.assert_array_equal(out, augment.augment(tf.constant(x), "pad_crop_flip", seed).numpy())
+    padded = np.pad(x, [(0, 0), (4, 4), (4, 4), (0, 0)])
+    found = []
+    for i in range(64):
+        hits = [(t, l, f) for t in range(9) for l in range(9) for f in (False, True)
+                if np.array_equal(out[i], (padded[i, t:t + 8, l:l + 8, :][:, ::-1] if f else padded[i, t:t + 8, l:l + 8, :]))]
+        assert hits, f"image {i} is no flipped or plain window of its padded self"
+        found.append(hits[0])
+    assert len({(t, l) for t, l, _ in found}) > 20 and {f for _, _, f in found} == {False, True}
+
+
 def spy_network(model, seen):
     """Record every batch the model's network is called on."""
     network = model.network

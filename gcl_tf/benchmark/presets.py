@@ -130,8 +130,8 @@ def available_per_task(config, source) -> list[int]:
     labels = source.load("train").labels
     if b.name != "split":
         return [len(labels)] * b.num_tasks
-    return [int(np.isin(labels, group).sum()) for group in split_classes(source.num_classes, b.num_tasks,
-                                                                          b.classes_per_task)]
+    groups = split_classes(source.num_classes, b.num_tasks, b.classes_per_task, b.class_order, config.seed)
+    return [int(np.isin(labels, group).sum()) for group in groups]
 
 
 def data_label(data: Data) -> str:

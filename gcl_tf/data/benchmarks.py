@@ -82,9 +82,10 @@ def rotated(data, num_tasks: int = 20, max_rotation: float = 180.0, samples_per_
 
 def split(data, num_tasks: int = 5, classes_per_task: int = 2, samples_per_task: Optional[int] = None,
           test_samples_per_task: Optional[int] = None, batch_size: int = 10, eval_batch_size: int = 500,
-          epochs: int = 1, seed: int = 0, validation_fraction: float = 0.0) -> Stream:
+          epochs: int = 1, seed: int = 0, validation_fraction: float = 0.0, class_order: str = "fixed") -> Stream:
     """Class-split tasks: task t has classes [t k, (t + 1) k), k = ``classes_per_task``
-    (``task.classes``). Other keywords as :func:`permuted`."""
+    (``task.classes``); ``class_order="random"``: the classes shuffled by ``seed`` first. Other
+    keywords as :func:`permuted`."""
     return _stream("split", data, seed, batch_size, eval_batch_size, epochs, num_tasks=num_tasks,
-                   classes_per_task=classes_per_task, samples_per_task=samples_per_task,
+                   classes_per_task=classes_per_task, class_order=class_order, samples_per_task=samples_per_task,
                    test_samples_per_task=test_samples_per_task, validation_fraction=validation_fraction)

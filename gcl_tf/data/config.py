@@ -31,6 +31,10 @@ class BenchmarkConfig:
     # Test samples per task (null: the task's whole test split).
     test_samples_per_task: Optional[int] = field(default=None, metadata=value_range(1))
     classes_per_task: int = field(default=2, metadata=value_range(1))
+    # split: which classes each task holds. fixed: task t has classes [t k, (t + 1) k) (the GCL paper's
+    # order); random: the classes shuffled by the run's seed first (one order per seed, the same on
+    # --resume and for any benchmark.tasks; the re-runs of today's protocol), results.json's task_classes.
+    class_order: Literal["fixed", "random"] = "fixed"
     # Number of classes (null: inferred from the source).
     num_classes: Optional[int] = field(default=None, metadata=value_range(2))
     # Multi-head (task-aware test): predictions restricted to the task's classes.
@@ -52,13 +56,14 @@ class BenchmarkConfig:
     # protocol, random resized crop, flip, colour jitter and grayscale applied inside the step to
     # the incoming and the replayed images alike, the memory keeping them raw (gcl_tf/augment.py;
     # the methods with augments_in_step); crop_flip: ocl's crop and flip alone, no colour step (a
-    # diagnostic, not a published protocol); none: as read.
-    augment: Literal["none", "flip", "ocl", "crop_flip"] = "none"
+    # diagnostic, not a published protocol); pad_crop_flip: a crop of the image padded with 4 zeros, and
+    # the flip, in the step (CCL-DC's set for DER++ and ER-ACE); none: as read.
+    augment: Literal["none", "flip", "ocl", "crop_flip", "pad_crop_flip"] = "none"
 
 
 #: The ``augment`` values the model applies inside its step (gcl_tf/augment.py); ``flip`` is the
 #: stream's own. One list for the stream, the method's keyword and the augmentation module.
-IN_STEP_AUGMENTATIONS = ("none", "ocl", "crop_flip")
+IN_STEP_AUGMENTATIONS = ("none", "ocl", "crop_flip", "pad_crop_flip")
 
 
 def settle_color_mode(benchmark: BenchmarkConfig) -> Optional[str]:

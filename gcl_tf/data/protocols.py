@@ -48,14 +48,24 @@ def rotation_angle(task: int, num_tasks: int, max_rotation: float, rng: np.rando
     return float(low + rng.random() * (high - low))
 
 
-def split_classes(num_classes: int, num_tasks: int, classes_per_task: int) -> list[np.ndarray]:
-    """Consecutive class groups: task t gets classes [t * k, (t + 1) * k)."""
+def class_order(num_classes: int, order: str = "fixed", seed: int = 0) -> np.ndarray:
+    """[K] the classes in the order the split protocol deals them to its tasks: ``fixed``, by index;
+    ``random``, a permutation drawn from ``seed`` alone (one per seed, whatever else the run does)."""
+    if order == "fixed":
+        return np.arange(num_classes)
+    return task_rng(seed, 0, salts.CLASS_ORDER).permutation(num_classes)
+
+
+def split_classes(num_classes: int, num_tasks: int, classes_per_task: int, order: str = "fixed",
+                  seed: int = 0) -> list[np.ndarray]:
+    """Class groups: task t gets classes ``class_order[t * k:(t + 1) * k]`` (fixed order: [t k, (t + 1) k))."""
     if num_tasks * classes_per_task > num_classes:
         raise ConfigError(
             f"benchmark: {num_tasks} tasks x {classes_per_task} classes need {num_tasks * classes_per_task} "
             f"classes but the data has {num_classes}; allowed: num_tasks * classes_per_task <= {num_classes}"
         )
-    return [np.arange(t * classes_per_task, (t + 1) * classes_per_task) for t in range(num_tasks)]
+    ordered = class_order(num_classes, order, seed)
+    return [ordered[t * classes_per_task:(t + 1) * classes_per_task] for t in range(num_tasks)]
 
 
 class Batching(NamedTuple):
@@ -172,7 +182,7 @@ class ContinualBenchmark:
     def _build(self, train: SplitData, test: Optional[SplitData]) -> list[Task]:
         c = self.config
         if c.name == "split":
-            groups = split_classes(self.num_classes, c.num_tasks, c.classes_per_task)
+            groups = split_classes(self.num_classes, c.num_tasks, c.classes_per_task, c.class_order, self.seed)
         else:
             groups = [np.arange(self.num_classes)] * c.num_tasks
         tasks = []

@@ -23,7 +23,7 @@ backbone's declared input), ``seed`` (the method's randomness: memory sampling, 
 ``batch_size`` (the training batch; None: the first batch's size; ``fit`` cuts a stream into
 batches of it, a last partial batch dropped, so that the compiled step keeps one shape),
 ``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size),
-``augment`` (an in-step augmentation set of :mod:`gcl_tf.augment`, ``"none"``, ``"ocl"`` or ``"crop_flip"``: the
+``augment`` (an in-step augmentation set of :mod:`gcl_tf.augment`, ``"none"``, ``"ocl"``, ``"crop_flip"`` or ``"pad_crop_flip"``: the
 method applies it to the images it trains on, incoming and replayed, inside the compiled step;
 its memory keeps the raw images; only a method whose ``Config`` says ``augments_in_step`` takes one),
 ``name`` (None: the method's registry key).
@@ -62,6 +62,9 @@ def make_optimizer(train_config) -> keras.optimizers.Optimizer:
         return keras.optimizers.SGD(learning_rate=train_config.learning_rate)
     if train_config.optimizer == "adam":
         return keras.optimizers.Adam(learning_rate=train_config.learning_rate)
+    if train_config.optimizer == "adamw":  # decoupled: w -= learning_rate * weight_decay * w, as torch's AdamW
+        return keras.optimizers.AdamW(learning_rate=train_config.learning_rate,
+                                      weight_decay=train_config.weight_decay)
     raise ValueError(f"unknown optimizer {train_config.optimizer!r}")
 
 
