@@ -123,13 +123,16 @@ FEW_STEPS = textwrap.dedent("""\
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 256, (60, 8, 8, 1), dtype=np.uint8), rng.integers(0, 10, 60).astype(np.int32)
     report = {}
-    for method in sys.argv[1].split(","):
+    for entry in sys.argv[1].split(","):
+        method, _, variant = entry.partition(":")
         states = []
         for mode in ("none", "mirrored"):
             raw = {"seed": 2, "method": {"name": method, **methods.method_class(method).test_settings},
                    "model": {"hidden_size": 16}, "train": {"distribute": mode, "devices": ["/cpu:0", "/cpu:1"]}}
             if method == "gcl":  # the regulariser and the replicas' edges at work within a few steps
                 raw["method"].update(graph_lambda=1.0, context_temperature=0.3, target_temperature=1.0)
+            if variant == "selective":  # the replicas read the held contexts from the stored edges' vote too
+                raw["method"].update(regularize_selective=1.0, regularize_below=None)
             config = config_lib.resolve(raw)
             strategy = make_strategy(config.train)
             keras.utils.set_random_seed(config.seed)  # as a run seeds before it builds its model
@@ -145,7 +148,7 @@ FEW_STEPS = textwrap.dedent("""\
             state.update({f"state/{k}": v.numpy() for k, v in method_state(model).items()})
             states.append(state)
         single, mirrored = states
-        assert sorted(single) == sorted(mirrored), method
+        assert sorted(single) == sorted(mirrored), entry
 
         def difference(k):  # relative to the value's scale; exact for integers and flags
             if single[k].dtype.kind != "f":
@@ -153,7 +156,7 @@ FEW_STEPS = textwrap.dedent("""\
             return float(np.max(np.abs(mirrored[k] - single[k]), initial=0.0) /
                          max(1.0, float(np.max(np.abs(single[k]), initial=0.0))))
 
-        report[method] = {"steps": int(single["state/step_counter"]), "memory": [k for k in single if "memory" in k],
+        report[entry] = {"steps": int(single["state/step_counter"]), "memory": [k for k in single if "memory" in k],
                           "differences": {k: difference(k) for k in single if "edge_logits" not in k}}
     print("REPORT " + json.dumps(report))
 """)
@@ -165,7 +168,7 @@ def test_a_few_mirrored_steps_are_the_single_device_steps(tmp_path):
     after them (weights, optimizer slots, the memory and its counters) is the same."""
     from gcl_tf import methods
 
-    names = methods.distributed_names()
+    names = methods.distributed_names() + ["gcl:selective"]  # and GCL's regulariser that waits
     script = tmp_path / "few_steps.py"
     script.write_text(FEW_STEPS)
     proc = subprocess.run([sys.executable, str(script), ",".join(names)], capture_output=True, text=True,

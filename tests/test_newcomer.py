@@ -141,7 +141,7 @@ def test_the_ocl_configs_suite_command_plans_the_seeds_its_table_used():
 @pytest.mark.parametrize("settings, expected", [
     (["method.name=ewc", "benchmark.augment=crop_flip"],
      "error: benchmark.augment: crop_flip is applied inside the training step, which ewc does not augment; "
-     "allowed: none or flip with ewc (in-step augmentation is for finetune, er, derpp, er_ace, mir, onpro, gcl)"),
+     "allowed: none or flip with ewc (in-step augmentation is for finetune, er, derpp, er_ace, mir, cbrs, onpro, gcl)"),
     (["benchmark.augment=ocl"], "error: benchmark.augment: ocl jitters colours and turns images gray, but the digits "
                                 "images are 8x8 with 1 channel(s); allowed: none, flip or crop_flip"),
     (["method.replay_batch_size=500"], "error: method.replay_batch_size: 500 is more than the method.memory_size 200 "
@@ -158,13 +158,13 @@ def test_what_was_accepted_silently_or_after_tensorflow_is_one_line_before_it(se
 
 
 def test_an_in_step_augmentation_is_for_the_methods_whose_step_applies_it():
-    """What a method's Config says (augments_in_step) is what its step does: the replay family,
-    Finetune, OnPro and GCL augment inside their step; a model of another refuses one."""
+    """What a method's Config says (augments_in_step) is what its step does: the replay family
+    (CBRS too, ER's step), Finetune, OnPro and GCL augment inside their step; a model of another refuses one."""
     import gcl_tf
     from gcl_tf import methods
     from gcl_tf.errors import ConfigError
 
-    assert methods.augmenting_names() == ["finetune", "er", "derpp", "er_ace", "mir", "onpro", "gcl"]
+    assert methods.augmenting_names() == ["finetune", "er", "derpp", "er_ace", "mir", "cbrs", "onpro", "gcl"]
     with pytest.raises(ConfigError, match="ewc does not augment inside its step"):
         gcl_tf.EWC(num_classes=10, num_tasks=2, input_shape=(8, 8, 1), augment="ocl")
     assert gcl_tf.ER(num_classes=10, input_shape=(8, 8, 3), augment="ocl").augment == "ocl"

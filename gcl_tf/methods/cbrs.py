@@ -87,7 +87,7 @@ class CBRS(er.ER):
     CBRS adds none). See :class:`~gcl_tf.methods.base.ContinualModel` for the common keywords."""
 
     label = "CBRS"
-    style = None  # a colour and marker of its own besides the other methods' (it has no results yet)
+    style = ("#8c6d31", "d")  # a colour and marker of its own, as every registered method has
 
     def make_memory(self) -> ClassBalancedMemory:
         return ClassBalancedMemory(self.settings.memory_size, self.image_shape, self.num_classes, seed=self.seed,

@@ -230,13 +230,13 @@ class Training:
         edges = Edges(*(tf.stop_gradient(t) for t in out.edges[:5]), out.edges.regularized)
         best = tf.gather(self.memory.best_loss, slots)
         if num_replicas() > 1:  # every replica applies the same update, from the global batch
-            edges = self.stored_edges(edges, valid, best)
+            edges = self.stored_edges(edges, slots, valid, best)
         if self.width_from_median:  # once, at the first step with contexts: the median heuristic
             self.set_width_from_median(edges.embeddings[:slots.shape[0]], valid)
         self.update_memory(edges, slots, valid, best, stream_x, stream_y)
         return out.logs
 
-    def stored_edges(self, edges: Edges, valid, best) -> Edges:
+    def stored_edges(self, edges: Edges, slots, valid, best) -> Edges:
         """On R replicas, the :class:`Edges` of the global batch, the same on every replica
         (after the update): the contexts' cross-entropies and embeddings averaged, the targets'
         embeddings gathered, the held contexts and the edge logits computed again from them."""
