@@ -236,9 +236,7 @@ class Prediction:
         logits = self.classify(graph, values, self.own_logits(values[:, :self.hidden_size]))  # V = [l, y, 1]
         current = cross_entropy(self.memory.labels[:filled], logits)
         every = tf.ones([filled], tf.bool)
-        stored = (self.memory.edge_logits[:filled, :filled] if self.memory.edge_memory == "matrix"
-                  else edge_logits(self.memory.edge_embeddings[:filled], self.memory.edge_embeddings[:filled],
-                                   self.kernel_log_scale))
+        stored = self.stored_edge_logits(tf.range(filled))[:filled, :filled]  # (the whole matrix when it is one)
         held = regularized_contexts(every, self.memory.best_loss[:filled], current, self.settings.regularize_below,
                                     self.carrying_label(stored, tf.range(filled), every))
         return float(tf.reduce_mean(tf.cast(held, tf.float32)).numpy())
