@@ -248,7 +248,8 @@ def _check_consistency(config: Config) -> None:
             raise ConfigError(f"benchmark.tasks: {what} (benchmark.num_tasks); allowed: distinct indices from 0 to "
                               f"{b.num_tasks - 1}, or null for all")
     if config.train.weight_decay > 0 and config.train.optimizer != "adamw":
-        raise ConfigError(f"train.weight_decay: {config.train.optimizer} takes none (got {config.train.weight_decay:g}); "
+        raise ConfigError(f"train.weight_decay: {config.train.optimizer} takes none "
+                          f"(got {config.train.weight_decay:g}); "
                           "allowed: 0, or train.optimizer: adamw (decoupled weight decay)")
     if config.eval.split == "validation" and b.validation_fraction <= 0:
         raise ConfigError(

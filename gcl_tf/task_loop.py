@@ -145,7 +145,8 @@ class TaskLoop:
             c = self.config
             print(f"{c.method.name} on {describe_trunk(c.model)}, {c.benchmark.name} {c.benchmark.dataset} "
                   f"({c.benchmark.source}), {T} tasks, batch {c.train.batch_size}, {c.train.optimizer} "
-                  f"{c.train.learning_rate:g}" + (f" (weight decay {c.train.weight_decay:g})" if c.train.weight_decay else "")
+                  f"{c.train.learning_rate:g}"
+                  + (f" (weight decay {c.train.weight_decay:g})" if c.train.weight_decay else "")
                   + (", random class order" if c.benchmark.class_order == "random" else "")
                   + f", seed {c.seed} -> {self.output_dir}", flush=True)
         if self.init_from is not None and self.verbose:

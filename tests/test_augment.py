@@ -165,11 +165,12 @@ def test_pad_crop_flip_is_a_window_of_the_zero_padded_image_per_image_then_the_f
     padded = np.pad(x, [(0, 0), (4, 4), (4, 4), (0, 0)])
     found = []
     for i in range(64):
-        hits = [(t, l, f) for t in range(9) for l in range(9) for f in (False, True)
-                if np.array_equal(out[i], (padded[i, t:t + 8, l:l + 8, :][:, ::-1] if f else padded[i, t:t + 8, l:l + 8, :]))]
+        windows = {(t, c): padded[i, t:t + 8, c:c + 8, :] for t in range(9) for c in range(9)}
+        hits = [(t, c, f) for (t, c), w in windows.items() for f in (False, True)
+                if np.array_equal(out[i], w[:, ::-1] if f else w)]
         assert hits, f"image {i} is no flipped or plain window of its padded self"
         found.append(hits[0])
-    assert len({(t, l) for t, l, _ in found}) > 20 and {f for _, _, f in found} == {False, True}
+    assert len({(t, c) for t, c, _ in found}) > 20 and {f for _, _, f in found} == {False, True}
 
 
 def spy_network(model, seen):

@@ -44,7 +44,8 @@ def first_task_accuracy(method: dict, tmp_path) -> float:
     config = {"seed": 0, "benchmark": {"name": "split", "dataset": "colour_digits", "source": "npz",
                                        "path": colour_digits(tmp_path / "digits.npz"), "num_tasks": 1,
                                        "classes_per_task": 2, "samples_per_task": None, "augment": "ocl"},
-              "method": {**method, "name": "gcl", "memory_size": 100,  # the toy's memory: its contexts at most half of it
+              # the toy's memory: its contexts at most half of it
+              "method": {**method, "name": "gcl", "memory_size": 100,
                          "context_batch": method.get("context_batch") and min(method["context_batch"], 50)},
               "model": {"backbone": "resnet18", "filters": 8, "hidden_size": 64},
               "train": {"batch_size": 10, "epochs": 3, "optimizer": "adam", "learning_rate": 0.001, "verbose": 0,

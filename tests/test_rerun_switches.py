@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from faults_harness import Crash, cli_error, crash_after_step, write_config
 
 from gcl_tf.config import TrainConfig, load_config
 from gcl_tf.data import ContinualBenchmark
@@ -14,7 +15,6 @@ from gcl_tf.data.protocols import split_classes
 from gcl_tf.errors import ConfigError
 
 from conftest import REPO
-from faults_harness import Crash, cli_error, crash_after_step, write_config
 
 TODAY = os.path.join(REPO, "configs", "split_cifar10_ocl.yaml")
 
@@ -53,8 +53,8 @@ def test_adamw_decays_every_weight_by_learning_rate_times_weight_decay():
 
 
 def test_weight_decay_is_validated_in_one_line():
-    assert load_config(TODAY, ["method.name=er", "train.optimizer=adamw", "train.weight_decay=1e-4"]).train.weight_decay \
-        == pytest.approx(1e-4)
+    config = load_config(TODAY, ["method.name=er", "train.optimizer=adamw", "train.weight_decay=1e-4"])
+    assert config.train.weight_decay == pytest.approx(1e-4)
     assert "train.weight_decay: adam takes none" in one_line_error(["method.name=er", "train.weight_decay=1e-4"])
     assert "allowed: [0, 1)" in one_line_error(["method.name=er", "train.optimizer=adamw", "train.weight_decay=-1"])
     assert "allowed: sgd, adam, adamw" in one_line_error(["method.name=er", "train.optimizer=rmsprop"])
@@ -104,7 +104,6 @@ def test_class_order_is_the_split_protocols_only(npz_config):
 
 def test_random_class_order_reads_the_same_from_a_folder_and_tfds(tmp_path, make_config, monkeypatch):
     import tensorflow_datasets as tfds
-
     from test_sources import write_png_folder
 
     write_png_folder(tmp_path / "imgs", {f"c{k}": 3 for k in range(6)})
@@ -122,8 +121,9 @@ def test_random_class_order_reads_the_same_from_a_folder_and_tfds(tmp_path, make
 
 
 def test_a_resumed_run_keeps_its_random_class_order_and_results_json_records_it(tmp_path, monkeypatch):
-    from gcl_tf import train
     from reliability_harness import results_of
+
+    from gcl_tf import train
 
     run = {"seed": 3, "benchmark": {"name": "split", "num_tasks": 3, "classes_per_task": 2, "class_order": "random"},
            "method": {"name": "er", "memory_size": 20}, "train": {"checkpoint_every": 3}}
@@ -182,7 +182,8 @@ def test_the_rule_adopts_a_switch_only_past_its_margin_and_one_optimizer_at_most
     assert script.adopted("er") == []  # a run missing: nothing decided yet
     assert script.adopted("derpp") == ["torch_init", "mkd_ocl_one_pass"]  # 2.2 > 2; the best optimizer only
     width = script.plan("width")
-    assert width["derpp-adopted"] == ("derpp", ["model.initializer=torch", *script.SWITCHES["derpp", "mkd_ocl_one_pass"]])
+    adopted = ["model.initializer=torch", *script.SWITCHES["derpp", "mkd_ocl_one_pass"]]
+    assert width["derpp-adopted"] == ("derpp", adopted)
     assert width["derpp-adopted-64"][1][-1] == "model.filters=64"
     assert script.width_decision("derpp") == "not yet"
     (tmp_path / "derpp-adopted").mkdir()

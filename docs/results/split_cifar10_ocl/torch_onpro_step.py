@@ -82,7 +82,8 @@ class Trunk(nn.Module):
 class OnProNet(nn.Module):
     def __init__(self, nf: int):
         super().__init__()
-        self.trunk, self.head, self.projection = Trunk(nf), nn.Linear(8 * nf, NUM_CLASSES), nn.Linear(8 * nf, PROJECTION)
+        self.trunk, self.head = Trunk(nf), nn.Linear(8 * nf, NUM_CLASSES)
+        self.projection = nn.Linear(8 * nf, PROJECTION)
 
     def embed(self, x):
         features = self.trunk(x)
@@ -213,7 +214,7 @@ def onpro_loss(net, x, y, mem_x, mem_y, state, rotations: int, replay: int):
         pair = torch.cat([images, authors_transform(images)])
     _, zm = net.embed(pair)
     seen, state["means"] = ope_loss(zm[:replay], zm[replay:], labels)
-    n, half = x.shape[0], z.shape[0] // 2
+    n = x.shape[0]
     new, _ = ope_loss(z[:n], z[cut // 2:cut // 2 + n], y)
     decay = 0.5 * WEIGHT_DECAY * sum((p * p).sum() for p in net.parameters())
     return ce + instance + seen + new + decay
