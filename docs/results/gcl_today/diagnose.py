@@ -83,6 +83,7 @@ VARIANTS = {  # in the order they run
 #: The levers (docs/gcl_today.md, "The levers"): each on the library's defaults with contexts drawn
 #: as a replay batch of 64 (the step of ER's cost); the vote read beside the head in every run.
 REPLAY_CONTEXTS = ["method.edge_memory=embeddings", "method.context_batch=64", "method.also_test_predictions=[vote]"]
+CONTEXTS_128 = ["method.edge_memory=embeddings", "method.context_batch=128", "method.also_test_predictions=[vote]"]
 LEVERS = {
     "defaults_cb64": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS,
     "defaults_cb64_gl0": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS + [SWITCHES["graph_lambda_0"]],
@@ -92,19 +93,22 @@ LEVERS = {
     + [SWITCHES["normalized"], "method.kernel_width=0.1"],
     # rule 5 after the batch of 64 fell 6.2 below the whole memory on the short stream: 128, about
     # the most a step of at most twice ER's (10 + 64 images) affords
-    "defaults_cb128": [SWITCHES[n] for n in TOGETHER] + ["method.edge_memory=embeddings", "method.context_batch=128",
-                                                        "method.also_test_predictions=[vote]"],
+    "defaults_cb128": [SWITCHES[n] for n in TOGETHER] + CONTEXTS_128,
     # the regulariser that waits until the stored edges carry the label (rule 6), on the base and
     # with the paper's head (the label reaching the trunk only through the graph)
     "defaults_cb64_selective": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS + ["method.regularize_selective=0.5"],
     "defaults_cb64_selective_paper_head": [SWITCHES[n] for n in TOGETHER] + REPLAY_CONTEXTS
     + ["method.regularize_selective=0.5", "method.own_latent=false"],
+    # rule 7, learning the incoming classes: on the preset (128 contexts) the incoming images' loss
+    # over every class, and a lighter hold
+    "cb128_target_all": [SWITCHES[n] for n in TOGETHER] + CONTEXTS_128 + ["method.target_loss=all"],
+    "cb128_gl10": [SWITCHES[n] for n in TOGETHER] + CONTEXTS_128 + ["method.graph_lambda=10"],
 }
 VARIANTS.update(LEVERS)
 VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.yaml ships it
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
-                "defaults_cb64_selective_paper_head"]
+                "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10"]
 TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
 
 
