@@ -338,6 +338,40 @@ def test_bad_keywords_are_config_errors_naming_what_is_allowed():
         tiny_onpro(mixup_lower=0.7)
 
 
+def test_views_are_the_authors_transform_or_the_runs_augmentation():
+    """``views: authors`` (the default) draws every view from the authors' transform whatever
+    ``augment`` says; ``views: protocol`` from the run's in-step augmentation; a compiled step runs
+    with either; ``protocol`` without an in-step augmentation is a one-line error, from Python and
+    from a config, before TensorFlow builds anything."""
+    import tensorflow as tf
+
+    from gcl_tf.augment import augment
+    from gcl_tf.config import load_config
+    from gcl_tf.methods.onpro import authors_transform
+
+    from conftest import REPO
+
+    x, y = levels(2, [0, 1], 3)
+    seed = tf.constant([4, 2])
+    theirs = tiny_onpro(augment="crop_flip")
+    ours = tiny_onpro(augment="crop_flip", views="protocol")
+    np.testing.assert_array_equal(theirs.view(x, seed), authors_transform(x, seed))
+    np.testing.assert_array_equal(ours.view(x, seed), augment(x, "crop_flip", seed))
+    assert not np.array_equal(ours.view(x, seed), theirs.view(x, seed))
+    for model in (theirs, ours):
+        model.on_task_begin(0, [0, 1])
+        step, traces = counting_step(model)
+        losses = [float(step(tf.constant(x[:4]), tf.constant(y[:4]))["loss"]) for _ in range(2)]
+        assert np.all(np.isfinite(losses)) and len(traces) == 1
+    with pytest.raises(ConfigError, match=r"method.views: protocol .* 'none'; allowed: views: authors"):
+        tiny_onpro(views="protocol")
+    today = os.path.join(REPO, "configs", "split_cifar10_ocl.yaml")
+    assert load_config(today, ["method.name=onpro", "method.views=protocol"]).method.views == "protocol"
+    with pytest.raises(ConfigError, match=r"benchmark.augment is 'flip'; allowed") as info:
+        load_config(today, ["method.name=onpro", "method.views=protocol", "benchmark.augment=flip"])
+    assert "\n" not in str(info.value)
+
+
 def test_one_trace_two_phases_the_replay_count_and_the_state(monkeypatch):
     """Steps of task 0 then task 1 through one compiled step: it traces once; the first task
     takes the first-task branch; the replay count is min(draws, 2 x classes seen, stored); APF

@@ -145,9 +145,11 @@ class MIRConfig(ERConfig):  # memory_size, replay_batch_size (ER's)
 @dataclass
 class OnProConfig(MemoryMethodConfig):
     name: str = "onpro"
-    # its views are its authors' transform whatever benchmark.augment says; it accepts the
-    # protocol's augment so that one config serves every method (docs/onpro.md)
+    # it takes the protocol's augment, so that one config serves every method; its views follow ``views``
     augments_in_step: ClassVar[bool] = True
+    # The views its contrasts and its CE see: its authors' transform (flip, grayscale 0.25, crop of area
+    # 0.3-1), or the run's in-step augmentation (benchmark.augment: today's protocol's ocl set has colour jitter).
+    views: Literal["authors", "protocol"] = "authors"
     # Memory samples drawn a step (buffer_batch_size); min(this, replay_per_class x classes seen) count.
     replay_batch_size: int = field(default=64, metadata=value_range(1))
     # Replayed samples per class seen (the authors' buffer_per_class).
@@ -177,6 +179,14 @@ class OnProConfig(MemoryMethodConfig):
 
     def check(self, config):
         self.check_settings()
+        self.check_views(config.benchmark.augment)
+
+    def check_views(self, augment: str, section: str = "method") -> None:
+        """``views: protocol`` takes the run's in-step augmentation: a ConfigError without one."""
+        if self.views == "protocol" and augment in ("none", "flip"):
+            raise ConfigError(f"{section}.views: protocol draws OnPro's views from the in-step augmentation, and "
+                              f"benchmark.augment is {augment!r}; allowed: views: authors, or benchmark.augment: "
+                              "ocl, crop_flip or pad_crop_flip")
 
     def check_settings(self, section: str = "method"):
         if self.mixup_lower > self.mixup_upper:

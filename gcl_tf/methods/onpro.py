@@ -5,8 +5,9 @@ A step sums OCM's instance contrast of rotated copies and their views, OPE's pro
 the incoming and the replay batch, and the linear head's cross-entropy: on the incoming batch in
 the first task (the authors' ``train_task0``), on the replay batch mixed by APF after it
 (``train_other_tasks``; ``tf.cond`` in the compiled step). Its views are the authors' transform,
-part of the method: ``augment`` (none, ocl) is accepted so that a protocol's config applies to
-every method, and changes nothing. The step, each deviation and why: docs/onpro.md. One device.
+part of the method, whatever ``augment`` says (accepted so that a protocol's config applies to
+every method); ``views: protocol`` draws them from ``augment`` instead (today's protocol's set,
+with colour jitter). The step, each deviation and why: docs/onpro.md. One device.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import keras
 import tensorflow as tf
 
 from gcl_tf import salts
-from gcl_tf.augment import random_flip, random_grayscale, random_resized_crop
+from gcl_tf.augment import augment, random_flip, random_grayscale, random_resized_crop
 from gcl_tf.backbones import classifier, feature_size
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory, state_variable, step_seed
@@ -209,6 +210,7 @@ class OnPro(ContinualModel):
     def __init__(self, backbone=None, *, num_classes, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         s = self.settings
+        s.check_views(self.augment)
         trunk = self.default_backbone(backbone)
         width = feature_size(trunk, self.image_shape)
         self.check_shapes(width, s.projection_size, s.rotations)
@@ -277,10 +279,17 @@ class OnPro(ContinualModel):
         total = tf.add_n([tf.reduce_sum(tf.square(float32(v))) for v in self.trainable_variables])
         return 0.5 * self.settings.weight_decay * total
 
+    def view(self, images, seed):
+        """A view of each of ``images``: the authors' transform, or (``views: protocol``) the run's
+        in-step augmentation."""
+        if self.settings.views == "protocol":
+            return augment(images, self.augment, seed)
+        return authors_transform(images, seed)
+
     def views(self, images, seed):
         """The rotated copies of ``images`` and, after them, their views (the authors' images_pair)."""
         rotated = rotate(images, self.settings.rotations)
-        return tf.concat([rotated, authors_transform(rotated, seed)], axis=0)
+        return tf.concat([rotated, self.view(rotated, seed)], axis=0)
 
     def contrast(self, z, features, labels, seed, scale: float, loss=nt_xent, valid=None):
         """OCM's instance contrast of :meth:`views`' projections ``z`` and ``features``."""
@@ -291,7 +300,7 @@ class OnPro(ContinualModel):
 
     def memory_prototypes(self, images, labels, rows, seed):
         """OPE on the replay batch (``rows``: the samples that count) and its class means."""
-        d, (_, z) = images.shape[0], self.embed(tf.concat([images, authors_transform(images, seed)], axis=0))
+        d, (_, z) = images.shape[0], self.embed(tf.concat([images, self.view(images, seed)], axis=0))
         loss, p1, p2 = ope_loss(z[:d], z[d:], labels, rows, self.num_classes, self.settings.proto_temperature)
         return loss, (p1 + p2) / 2.0
 
@@ -309,7 +318,7 @@ class OnPro(ContinualModel):
         rows = tf.cast(tf.range(self.draw_size) < filled, tf.float32)  # the whole memory, up to the draw size
         seen_loss, means = self.memory_prototypes(images, labels, rows, s[2])
         new_loss = self.new_prototypes(z, y)
-        ce = tf.reduce_mean(cross_entropy(y, self.network(authors_transform(x, s[3]), training=True)))
+        ce = tf.reduce_mean(cross_entropy(y, self.network(self.view(x, s[3]), training=True)))
         return {"loss_ce": ce, "loss_instance": instance, "loss_ope": new_loss + seen_loss}, means
 
     def later_task_terms(self, x, y, images, labels, counted, apf):
@@ -323,7 +332,7 @@ class OnPro(ContinualModel):
         cut, lam = 2 * self.settings.rotations * x.shape[0], self.settings.sim_lambda
         instance = (self.contrast(z[:cut], features[:cut], y, s[2], lam)
                     + self.contrast(z[cut:], features[cut:], mixed_labels, s[3], lam, nt_xent_uni, rows))
-        logits = self.network(authors_transform(mixed, s[4]), training=True)
+        logits = self.network(self.view(mixed, s[4]), training=True)
         ce = mixup_cross_entropy(logits, first, second, weight, rows)
         seen_loss, means = self.memory_prototypes(images, labels, rows, s[5])
         new_loss = self.new_prototypes(z[:cut], y)
