@@ -24,8 +24,7 @@ backbone's declared input), ``seed`` (the method's randomness: memory sampling, 
 batches of it, a last partial batch dropped, so that the compiled step keeps one shape),
 ``eval_batch_size`` (sizes a method's evaluation buffers; None: the first test batch's size),
 ``augment`` (an in-step augmentation set of :mod:`gcl_tf.augment`, ``"none"``, ``"ocl"``, ``"crop_flip"`` or
-``"pad_crop_flip"``: the
-method applies it to the images it trains on, incoming and replayed, inside the compiled step;
+``"pad_crop_flip"``: the method applies it to the images it trains on, incoming and replayed, inside the compiled step;
 its memory keeps the raw images; only a method whose ``Config`` says ``augments_in_step`` takes one),
 ``name`` (None: the method's registry key).
 
