@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Optional
 
+from gcl_tf.data.config import IN_STEP_AUGMENTATIONS
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, MethodConfig, value_range
 
@@ -183,10 +184,11 @@ class OnProConfig(MemoryMethodConfig):
 
     def check_views(self, augment: str, section: str = "method") -> None:
         """``views: protocol`` takes the run's in-step augmentation: a ConfigError without one."""
-        if self.views == "protocol" and augment in ("none", "flip"):
+        in_step = [name for name in IN_STEP_AUGMENTATIONS if name != "none"]
+        if self.views == "protocol" and augment not in in_step:
             raise ConfigError(f"{section}.views: protocol draws OnPro's views from the in-step augmentation, and "
                               f"benchmark.augment is {augment!r}; allowed: views: authors, or benchmark.augment: "
-                              "ocl, crop_flip or pad_crop_flip")
+                              f"{', '.join(in_step)}")
 
     def check_settings(self, section: str = "method"):
         if self.mixup_lower > self.mixup_upper:
