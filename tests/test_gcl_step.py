@@ -470,3 +470,52 @@ def test_prediction_is_the_mean_of_the_per_sample_distributions():
     np.testing.assert_allclose(got, np.mean(probs, axis=0), rtol=1e-4, atol=1e-6)
     assert not np.allclose(probs[0], probs[1], atol=1e-3)  # the samples differ
 
+
+
+def test_a_second_target_view_is_trained_on_and_the_memory_keeps_the_first():
+    """``target_views: 2``: a second augmentation of the incoming batch goes through the trunk beside
+    the first, each view a target with the image's label; the memory's edges are the first view's.
+    With a per-image trunk (no BatchNorm) and expected graphs the one-view model's step is the first
+    half of the two-view one: the same edges and context loss, a target loss that also holds the
+    second view's (the mean of both), and one trace of the compiled step."""
+    import keras
+
+    import gcl_tf
+    from gcl_tf.errors import ConfigError
+
+    def model(views):
+        keras.utils.set_random_seed(0)
+        m = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, augment="crop_flip",
+                       stochastic_graphs=False, target_views=views)
+        m.compile(optimizer=keras.optimizers.Adam(1e-3))
+        return m
+
+    one, two = model(1), model(2)
+    (x0, y0), (x1, y1), (x2, y2) = batches(3, seed=4)
+    for m in (one, two):
+        m.train_step((x0, y0))  # fills the memory
+    a, b = one.training_forward(x1, y1), two.training_forward(x1, y1)
+    for name, got, want in zip(b.edges._fields, b.edges, a.edges):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+    assert b.edges.embeddings.shape[0] == 20 + 10  # the memory's 20 context slots, then the batch once
+    np.testing.assert_allclose(float(b.logs["context_loss"]), float(a.logs["context_loss"]), rtol=1e-5)
+    second = 2.0 * float(b.logs["target_loss"]) - float(a.logs["target_loss"])  # the second view's mean CE
+    assert abs(second - float(a.logs["target_loss"])) > 1e-3 and second > 0.0  # another draw, trained on
+    traces = []
+    original = two.learn
+    two.learn = lambda x, y: traces.append(1) or original(x, y)
+    two.fit(tf.data.Dataset.from_tensor_slices((tf.concat([x1, x2], 0), tf.concat([y1, y2], 0))).batch(10),
+            epochs=2, verbose=0, shuffle=False)
+    assert len(traces) == 1 and int(two.memory.num_filled.numpy()) == 20
+    with pytest.raises(ConfigError, match=r"target_views: 2 draws each view from the in-step augmentation, and "
+                                          r"benchmark.augment is 'none'; allowed: .*target_views: 1, or"):
+        gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, target_views=2)
+
+
+def test_replicas_take_their_views_noise_rows_as_a_single_device_lays_them_out():
+    """The rows of the global training noise each replica takes: contexts, then per view its own
+    targets, in the single-device layout (contexts, view 1 of the global batch, view 2)."""
+    rows = [gcl_graph.replica_noise_rows(3, 2, 2, 2, r).numpy().tolist() for r in (0, 1)]
+    assert rows == [[0, 1, 2, 3, 4, 7, 8], [0, 1, 2, 5, 6, 9, 10]]
+    one_view = gcl_graph.replica_noise_rows(3, 4, 1, 2, 1).numpy().tolist()
+    assert one_view == [0, 1, 2] + [3 + 4 + t for t in range(4)]  # one view: k + r T + range(T)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from gcl_tf.errors import ConfigError
 from gcl_tf.schema import value_range
 
 
@@ -64,6 +65,15 @@ class BenchmarkConfig:
 #: The ``augment`` values the model applies inside its step (gcl_tf/augment.py); ``flip`` is the
 #: stream's own. One list for the stream, the method's keyword and the augmentation module.
 IN_STEP_AUGMENTATIONS = ("none", "ocl", "crop_flip", "pad_crop_flip")
+
+
+def require_in_step_augmentation(augment: str, what: str, instead: str) -> None:
+    """A ConfigError unless ``augment`` is an in-step augmentation other than ``none``: a method's
+    key that draws views from it (``what`` it does, and ``instead``, the key's value that needs none)."""
+    in_step = [name for name in IN_STEP_AUGMENTATIONS if name != "none"]
+    if augment not in in_step:
+        raise ConfigError(f"{what}, and benchmark.augment is {augment!r}; allowed: {instead}, or benchmark.augment: "
+                          f"{', '.join(in_step)}")
 
 
 def settle_color_mode(benchmark: BenchmarkConfig) -> Optional[str]:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Optional
 
-from gcl_tf.data.config import IN_STEP_AUGMENTATIONS
+from gcl_tf.data.config import require_in_step_augmentation
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, MethodConfig, value_range
 
@@ -184,11 +184,9 @@ class OnProConfig(MemoryMethodConfig):
 
     def check_views(self, augment: str, section: str = "method") -> None:
         """``views: protocol`` takes the run's in-step augmentation: a ConfigError without one."""
-        in_step = [name for name in IN_STEP_AUGMENTATIONS if name != "none"]
-        if self.views == "protocol" and augment not in in_step:
-            raise ConfigError(f"{section}.views: protocol draws OnPro's views from the in-step augmentation, and "
-                              f"benchmark.augment is {augment!r}; allowed: views: authors, or benchmark.augment: "
-                              f"{', '.join(in_step)}")
+        if self.views == "protocol":
+            require_in_step_augmentation(augment, f"{section}.views: protocol draws OnPro's views from the in-step "
+                                         "augmentation", "views: authors")
 
     def check_settings(self, section: str = "method"):
         if self.mixup_lower > self.mixup_upper:

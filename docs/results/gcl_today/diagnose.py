@@ -103,6 +103,8 @@ LEVERS = {
     # over every class, and a lighter hold
     "cb128_target_all": [SWITCHES[n] for n in TOGETHER] + CONTEXTS_128 + ["method.target_loss=all"],
     "cb128_gl10": [SWITCHES[n] for n in TOGETHER] + CONTEXTS_128 + ["method.graph_lambda=10"],
+    # rule 9: two views of each incoming image in one trunk pass (one set of BatchNorm statistics)
+    "cb128_views2": [SWITCHES[n] for n in TOGETHER] + CONTEXTS_128 + ["method.target_views=2"],
 }
 VARIANTS.update(LEVERS)
 VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.yaml ships it

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Optional, Union
 
+from gcl_tf.data.config import require_in_step_augmentation
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, value_range
 
@@ -88,6 +89,12 @@ class Config(MemoryMethodConfig):
     # always augmented): true augments the contexts, the memory's images, too (each step its own
     # draw, as the replay methods augment what they replay); false: the contexts as stored.
     augment_contexts: bool = True
+    # Views of each incoming image in the step (our extension, docs/gcl_today.md rule 9): 2 sends a
+    # second augmentation of the batch through the trunk beside the first, in the same pass as the
+    # contexts (one set of BatchNorm statistics), each view a target of the graph A with the image's
+    # label (OCM's and OnPro's two views; needs an in-step augmentation, benchmark.augment). The memory
+    # stores the image once, with the first view's edges. 1: one view (the paper).
+    target_views: Literal[1, 2] = 1
     # false: Bernoulli means sigmoid(logits) instead of sampled graphs (the paper's ablation).
     stochastic_graphs: bool = True
     # How the learned context graph is kept: the [M, M] matrix of edge logits (the paper), or
@@ -111,6 +118,16 @@ class Config(MemoryMethodConfig):
         """Whether some evaluation averages sampled test graphs (the ``head`` with stochastic
         graphs, as the prediction or as a variant), so that test-time graph noise is drawn."""
         return self.stochastic_graphs and "head" in (self.test_prediction, *self.also_test_predictions)
+
+    def check(self, config) -> None:
+        self.check_settings()
+        self.check_views(config.benchmark.augment)
+
+    def check_views(self, augment: str, section: str = "method") -> None:
+        """A second view is a second draw of the run's in-step augmentation: a ConfigError without one."""
+        if self.target_views > 1:
+            require_in_step_augmentation(augment, f"{section}.target_views: {self.target_views} draws each view "
+                                         "from the in-step augmentation", f"{section}.target_views: 1")
 
     def check_settings(self, section: str = "method"):
         """The rules between the method's own keys (``section``: how errors name them)."""

@@ -211,6 +211,16 @@ def label_carrying_contexts(stored_logits, labels, valid, exponent):
     return tf.logical_and(tf.logical_and(valid, share > 0), vote >= share ** exponent)
 
 
+def replica_noise_rows(k: int, per_view: int, views: int, replicas, replica):
+    """The rows of the global batch's training noise [k + R V T, k] that replica ``replica`` of
+    ``replicas`` takes for its k contexts and its V views of T targets: the contexts' rows, then in
+    each view its own targets' rows, laid out as a single-device run lays out the global batch
+    (contexts, then view 1 of all R T targets, then view 2): [k + V T] int32."""
+    views_first = tf.range(views)[:, None] * replicas * per_view + replica * per_view  # [V, 1]
+    targets = k + tf.reshape(views_first + tf.range(per_view)[None, :], [-1])  # [V T]
+    return tf.concat([tf.range(k), targets], axis=0)
+
+
 def sampled_graph(log_k, noise, inverse_temperature):
     """Edge logits E = logit(k) and the raw training graph sigmoid((E + L) inverse_temperature)
     with the contexts' self-edges removed, from log k [k + T, k] (contexts first), the logistic

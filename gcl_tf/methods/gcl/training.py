@@ -41,6 +41,7 @@ from gcl_tf.methods.gcl.graph import (
     normalize_rows,
     regularized_contexts,
     replaced_source_index,
+    replica_noise_rows,
     sampled_graph,
     update_edge_memory,
 )
@@ -92,16 +93,16 @@ class Training:
         return rows, target_cols, tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
 
     def training_noise(self, k, T, seed):
-        """The logistic noise of one training graph [k + T, k].
+        """The logistic noise of one training graph [k + T, k] (T: the targets, every view's).
 
         On R replicas it is drawn for the global batch (k + R T rows) and each replica takes the
-        rows of its own targets: the graphs of a single-device run, sliced.
+        rows of its own targets (:func:`replica_noise_rows`): the graphs of a single-device run, sliced.
         """
         replicas = num_replicas()
         noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
         if replicas > 1:
-            rows = tf.concat([tf.range(k), k + replica_id() * T + tf.range(T)], axis=0)
-            noise = tf.gather(noise, rows)
+            views = self.settings.target_views
+            noise = tf.gather(noise, replica_noise_rows(k, T // views, views, replicas, replica_id()))
         return noise
 
     def sample_training_graph(self, log_k, seed):
@@ -191,12 +192,15 @@ class Training:
         contexts = self.context_images(slots, valid, fallback=x)
         if self.settings.augment_contexts:  # (augment: none returns the images as given)
             contexts = self.augmented(contexts, salts.SECOND_AUGMENT)
-        u, latents = self.embed_step(contexts, self.augmented(x))  # [k + T, H] each
+        targets = self.augmented(x)
+        if self.settings.target_views == 2:  # a second draw, in the same trunk pass: [2 T, ...]
+            targets = tf.concat([targets, self.augmented(x, salts.THIRD_AUGMENT)], axis=0)
+        u, latents = self.embed_step(contexts, targets)  # [k + V T, H] each
         rows, target_cols, log_k = self.log_kernel(u, k)
         logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
         context_out, target_out = self.graph_logits(graph, latents, context_labels, valid, k)
         context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
-            context_out, target_out, context_labels, y, valid, present)
+            context_out, target_out, context_labels, tf.tile(y, [self.settings.target_views]), valid, present)
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         loss = target_loss + context_terms
@@ -209,9 +213,11 @@ class Training:
         logs.update(target_loss=target_loss * learning, context_loss=context_loss, graph_loss=graph_loss,
                     regularized_fraction=tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid)
         # logits between all images for the edge memory (no gradient), in two blocks of columns:
-        # to the contexts [k + T, k] and to the targets [k + T, T]
-        edges = Edges(u, tf.identity(self.kernel_log_scale), logits_e,  # the scale as read before the update
-                      logit_of_exp(tf.matmul(rows, target_cols, transpose_b=True)), context_ce, regularized)
+        # to the contexts [k + T, k] and to the targets [k + T, T]; of the first view only
+        n = k + x.shape[0]
+        edges = Edges(u[:n], tf.identity(self.kernel_log_scale), logits_e[:n],  # the scale as read before the update
+                      logit_of_exp(tf.matmul(rows[:n], target_cols[:x.shape[0]], transpose_b=True)), context_ce,
+                      regularized)
         return Forward(logs, replica_loss, edges)
 
     # -------------------------------------------------------------- the update (docs/gcl.md, "Memory update")
