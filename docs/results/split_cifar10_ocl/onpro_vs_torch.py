@@ -91,24 +91,30 @@ def er_torch_step(anchor, filters: int, args):
 
 
 def measure(args) -> dict:
+    import gc
+
+    import tensorflow as tf
+
     from gcl_tf.benchmark.timing import interleaved_seconds
 
-    methods = ["onpro"] + (["er"] if args.er_anchor else [])
-    steps = {}
-    for filters in args.filters:
+    methods = [m for m in args.methods if m != "er" or args.er_anchor]
+    rows = {}
+    for filters in args.filters:  # one width at a time, the last one's steps released (OnPro's hold GBs)
+        steps = {}
         for method in methods:
             steps[method, filters, "gcl_tf"], _ = ours(method, filters, args)
             steps[method, filters, "pytorch"] = torch_step(method, filters, args)
-    seconds = interleaved_seconds(steps, args.repeats, warmup=args.warmup)
-    rows = {}
-    for filters in args.filters:
+        seconds = interleaved_seconds(steps, args.repeats, warmup=args.warmup)
+        del steps
+        gc.collect()
+        tf.keras.backend.clear_session()
         for method in methods:
             tf_ms, torch_ms = (1000 * seconds[method, filters, who] for who in ("gcl_tf", "pytorch"))
             rows[f"{method}, {filters} filters"] = {"gcl_tf_ms": tf_ms, "pytorch_ms": torch_ms,
                                                     "gcl_tf / pytorch": tf_ms / torch_ms}
             print(f"{method:6s} {filters:3d} filters  gcl_tf {tf_ms:10.1f} ms  pytorch {torch_ms:10.1f} ms  "
                   f"gcl_tf / pytorch {tf_ms / torch_ms:.3f}", flush=True)
-        if "er" in methods:
+        if {"er", "onpro"} <= set(methods):
             ratio = seconds["onpro", filters, "gcl_tf"] / seconds["er", filters, "gcl_tf"]
             rows[f"onpro / er, {filters} filters"] = {"gcl_tf": ratio, "pytorch": seconds["onpro", filters, "pytorch"]
                                                       / seconds["er", filters, "pytorch"]}
@@ -118,6 +124,8 @@ def measure(args) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--filters", type=int, nargs="+", default=[20, 64])
+    parser.add_argument("--methods", nargs="+", choices=["onpro", "er"], default=["onpro", "er"],
+                        help="the steps timed (er needs --er-anchor)")
     parser.add_argument("--rotations", type=int, choices=[1, 4, 16], default=16)
     parser.add_argument("--memory", type=int, default=500)
     parser.add_argument("--replay", type=int, default=64)
