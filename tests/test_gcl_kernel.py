@@ -289,7 +289,8 @@ def test_a_task_learned_at_chance_because_of_the_kernel_is_named_in_one_line(cap
     model.kernel_log_scale.assign(np.log(1e-6))  # no edge reaches the memory: a constant prediction
     line = model.learning_warning(0, images, labels)
     assert line.startswith("warning: gcl: after task 1 it classifies 10% of that task's training images right "
-                           "(chance: 10%): 100% of them have almost no edge to the memory (kernel width 1e-06")
+                           "among its 10 classes (chance: 10%): 100% of them have almost no edge to the memory "
+                           "(kernel width 1e-06")
     assert "try a larger method.kernel_start_edge" in line and "\n" not in line
     model.kernel_log_scale.assign(np.log(1e6))  # every edge near 1: the memory's average for all
     line = model.learning_warning(2, images, labels)

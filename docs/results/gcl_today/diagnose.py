@@ -25,6 +25,10 @@ expected graph, its two parts alone (the graph's term ``f_theta3(ReLU(Z))``, and
 ``own_latent`` the image's own term), the memory's vote along the expected graph, and the share of
 the memory a row weighs alike (effective neighbours); into ``first_task/probe.json`` and ``probe.md``.
 
+``probe_last_task FOLDER...`` reads finished GCL runs of Split CIFAR10 on their last task's training
+images (where GCL's warning for a task near chance looks), among all classes and the task's two
+(:func:`probe_last_task`).
+
 ``--only NAME[,NAME]`` runs some variants; ``--list`` prints the commands.
 """
 from __future__ import annotations
@@ -209,18 +213,26 @@ def write_table(study: str) -> None:
 
 def probe_learner(folder: str) -> dict:
     """What carries the label in one first-task learner (see the module docstring), in %."""
-    import numpy as np
-    import tensorflow as tf
-
     import gcl_tf
-    from gcl_tf.data.streams import to_float
-    from gcl_tf.methods.gcl.graph import edge_logits, label_vote_logits, neighbourhoods
     from gcl_tf.methods.gcl.prediction import first_examples
 
     model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
     stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path="data/cifar10.npz"),
                                      num_tasks=1, samples_per_task=3000, seed=0, validation_fraction=0.1)
     images, labels = first_examples(stream.tasks[0].validation, 10**6)
+    return label_carriers(model, images, labels, within_task=True)
+
+
+def label_carriers(model, images, labels, within_task: bool) -> dict:
+    """The head's accuracy on ``images`` and its parts' (%): as evaluated on the expected graph, the
+    graph's term alone, the own term alone, the memory's vote; among the task's classes
+    (``within_task``) or all; and the share of the memory a row weighs alike (effective neighbours)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from gcl_tf.data.streams import to_float
+    from gcl_tf.methods.gcl.graph import edge_logits, label_vote_logits, neighbourhoods
+
     images = to_float(images)
     filled = int(model.memory.num_filled.numpy())
     u_c, l_c = model.embed(to_float(model.memory.images[:filled]), training=False)
@@ -234,11 +246,44 @@ def probe_learner(folder: str) -> dict:
     def acc(logits):
         mask = np.full(model.num_classes, -np.inf)
         mask[np.unique(labels)] = 0.0  # the task's two classes: chance is 50
+        mask = mask if within_task else np.zeros(model.num_classes)
         return round(100.0 * float(np.mean(np.argmax(np.asarray(logits) + mask, 1) == labels)), 1)
 
+    no_edge, spread = neighbourhoods(graph.numpy())
     return {"head": acc(graph_part if own is None else graph_part + own), "graph_term": acc(graph_part),
             "own_term": None if own is None else acc(own), "vote": acc(vote),
-            "effective_neighbours": round(100.0 * neighbourhoods(graph.numpy())[1], 1)}
+            "effective_neighbours": round(100.0 * spread, 1), "no_edge": round(100.0 * no_edge, 1)}
+
+
+def probe_last_task(folders: list[str]) -> None:
+    """Each finished GCL run of Split CIFAR10 (``folders``, learner.keras kept) on its last task's
+    first 2,000 training images, where GCL's warning for a task near chance looks: the head and
+    its parts among all classes and among the task's two, the share of the memory's labels of the
+    task's classes; into ``last_task_probe.json`` beside this script."""
+    import numpy as np
+    import yaml
+
+    import gcl_tf
+    from gcl_tf.methods.gcl.prediction import first_examples
+
+    path = os.path.join(HERE, "last_task_probe.json")
+    out = json.load(open(path)) if os.path.exists(path) else {}
+    for folder in folders:
+        config = yaml.safe_load(open(os.path.join(folder, "config.yaml")))
+        b = config["benchmark"]
+        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
+        stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path=b["path"]),
+                                         num_tasks=b["num_tasks"], seed=config["seed"])
+        images, labels = first_examples(stream.tasks[-1].train, 2000)
+        memory = model.memory.labels[:int(model.memory.num_filled.numpy())].numpy()
+        name = os.path.relpath(os.path.abspath(folder), ROOT)
+        out[name] = {"memory_size": config["method"]["memory_size"], "task_classes": np.unique(labels).tolist(),
+                     "all_classes": label_carriers(model, images, labels, within_task=False),
+                     "within_task": label_carriers(model, images, labels, within_task=True),
+                     "memory_share_of_task": round(100.0 * float(np.isin(memory, np.unique(labels)).mean()), 1)}
+        print(name, out[name], flush=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
 
 
 def probe() -> None:
@@ -263,7 +308,8 @@ def probe() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", choices=[*STUDIES, "table", "probe"])
+    parser.add_argument("study", choices=[*STUDIES, "table", "probe", "probe_last_task"])
+    parser.add_argument("folders", nargs="*", help="probe_last_task: finished GCL run folders")
     parser.add_argument("--only", type=lambda s: s.split(","), default=None)
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args()
@@ -274,6 +320,9 @@ def main() -> None:
         return
     if args.study == "probe":
         probe()
+        return
+    if args.study == "probe_last_task":
+        probe_last_task(args.folders)
         return
     if args.list:
         for variant in args.only or VARIANTS:

@@ -168,14 +168,16 @@ class Prediction:
         accuracy, sampled, _ = self.accuracy_and_test_graphs(images, labels)
         return accuracy, sampled
 
-    def accuracy_and_test_graphs(self, images, labels):
+    def accuracy_and_test_graphs(self, images, labels, classes=None):
         """:meth:`accuracy_and_test_graph` and the expected test graph, ``sigmoid(E)`` from the
-        images to the filled memory slots   (float, [N, C], [N, C] numpy). Runs on the device of
-        the model's variables (the first replica's under a strategy)."""
+        images to the filled memory slots   (float, [N, C], [N, C] numpy); the accuracy among
+        ``classes`` only, if given (default: every class). Runs on the device of the model's
+        variables (the first replica's under a strategy)."""
+        allowed = tf.ones([self.num_classes], tf.bool) if classes is None else \
+            tf.reduce_any(tf.equal(tf.range(self.num_classes)[:, None], tf.constant(classes, tf.int32)[None]), 1)
         with tf.device(self.kernel_log_scale.value.device):
             logits_e, values, noise, own = self.test_graphs(to_float(images))
-            log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, own,
-                                                      tf.ones([self.num_classes], tf.bool))
+            log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, own, allowed)
             predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32).numpy()
             expected = tf.sigmoid(logits_e)
             graph = expected if noise is None else relaxed_bernoulli(logits_e, self.settings.test_temperature, noise[0])
@@ -184,8 +186,10 @@ class Prediction:
                 expected[:, :filled].numpy())
 
     def learning_warning(self, task_index, images, labels):
-        """One line when the task just learned is classified at about chance (below chance +
-        ABOVE_CHANCE points, on ``images`` of its stream) because of the kernel: the images have
+        """One line when the task just learned is classified at about chance among its own classes
+        (below chance + ABOVE_CHANCE points, on ``images`` of its stream: a task told apart from
+        itself but taken for old classes is learned, and forgotten or outweighed, which no kernel
+        setting mends) because of the kernel: the images have
         almost no edge to the memory (a width too narrow for the trunk's embeddings), or their
         edges weigh the whole memory alike (too wide); else None. (Small edge probabilities alone
         are no fault: normalised, a row of edges all below 0.01 still singles out its nearest
@@ -193,7 +197,7 @@ class Prediction:
         classes = np.unique(labels)
         if len(classes) < 2 or int(self.memory.num_filled.numpy()) < 2:
             return None  # no chance level to compare with, or no graph yet
-        accuracy, sampled, expected = self.accuracy_and_test_graphs(images, labels)
+        accuracy, sampled, expected = self.accuracy_and_test_graphs(images, labels, classes)
         chance = 100.0 / len(classes)
         if accuracy >= chance + self.ABOVE_CHANCE:
             return None
@@ -218,8 +222,8 @@ class Prediction:
         else:
             advice = "try method.kernel_width: median (GCL's kernel_width, the default)"
         return (f"warning: {self.name}: after task {int(task_index) + 1} it classifies {accuracy:.0f}% of that task's "
-                f"training images right (chance: {chance:.0f}%): {why} (kernel width {width:.3g} for this trunk's "
-                f"embeddings); {advice} and compare on validation")
+                f"training images right among its {len(classes)} classes (chance: {chance:.0f}%): {why} "
+                f"(kernel width {width:.3g} for this trunk's embeddings); {advice} and compare on validation")
 
     HELD_SHARE = 0.05  # a regulariser holding this share of the contexts is named as the cause (a tenth of
     # them, held at graph_lambda 50, kept the ResNet-18 at chance: docs/gcl_today.md)
