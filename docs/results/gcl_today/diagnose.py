@@ -56,6 +56,8 @@ PAPER = ["method.regularize_below=null", "method.kernel_width=null", "method.own
 STUDIES = {
     "first_task": ["--set", "benchmark.num_tasks=1", "--set", "benchmark.samples_per_task=3000"],
     "short_stream": ["--set", "benchmark.samples_per_task=1000"],
+    # the issue's new user's stream: 200 images a task (here 220: 198 learned, 22 held out)
+    "tiny_stream": ["--set", "benchmark.samples_per_task=220"],
     "three_tasks": ["--set", "benchmark.num_tasks=3", "--set", "benchmark.samples_per_task=null",
                     "--set", "train.log_every=10"],
 }
@@ -112,6 +114,7 @@ LEVERS = {
 }
 VARIANTS.update(LEVERS)
 VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.yaml ships it
+VARIANTS["todays_gl0"] = ["method.graph_lambda=0"]  # it with the advice of its warning on the tiny stream
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10"]
@@ -119,7 +122,7 @@ TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fracti
 
 
 def command(study: str, variant: str) -> list[str]:
-    paper = [] if variant in ("er", "todays") else PAPER  # ER takes its own preset, todays GCL's as shipped
+    paper = [] if variant == "er" or variant.startswith("todays") else PAPER  # ER its own preset, todays GCL's
     sets = [a for value in [*paper, *VARIANTS[variant]] for a in ("--set", value)]
     return [sys.executable, "-m", "gcl_tf.train", *BASE, *STUDIES[study], *sets,
             "--output", os.path.join(HERE, study, variant)]
@@ -141,8 +144,9 @@ def read_steps(folder: str) -> dict:
 
 
 def run(study: str, only: list[str] | None) -> None:
-    names = only or {"first_task": [v for v in VARIANTS if v not in LEVERS], "short_stream": SHORT_STREAM,
-                     "three_tasks": THREE_TASKS}[study]
+    first_task = [v for v in VARIANTS if v not in LEVERS and v != "todays_gl0"]
+    names = only or {"first_task": first_task, "short_stream": SHORT_STREAM, "three_tasks": THREE_TASKS,
+                     "tiny_stream": ["todays", "er", "todays_gl0"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):
