@@ -175,6 +175,25 @@ def test_the_vote_alone_draws_no_test_graph_noise():
     assert model(test_prediction="vote", also_test_predictions=["head"])._test_noise is not None
 
 
+def test_head_vote_sums_the_heads_and_the_votes_log_probabilities():
+    """test_prediction: head_vote: log p = log_softmax(log p_head + log p_vote), the head's over the
+    same sampled test graphs (the same seed), masked classes excluded; it draws test graph noise."""
+    model, stream = small_gcl(also_test_predictions=["head_vote"])
+    model.fit(stream, verbose=0)
+    assert model.settings.draws_test_noise and model._test_noise is None  # (no eval batch size given)
+    x = next(iter(stream))[0]
+    mask = tf.constant(np.arange(10) < 6)
+    read = {}
+    for prediction in ("head", "vote", "head_vote"):
+        with model.evaluation_variant({"test_prediction": prediction}):
+            read[prediction] = model.predict_log_probs(x, mask, seed=(1, 2)).numpy()
+    expected = tf.nn.log_softmax(read["head"] + read["vote"]).numpy()
+    np.testing.assert_allclose(read["head_vote"][:, :6], expected[:, :6], rtol=1e-4, atol=1e-4)
+    assert np.all(np.exp(read["head_vote"][:, 6:]) < 1e-6)
+    for one in ("head", "vote"):
+        assert not np.allclose(read["head_vote"], read[one], atol=1e-3), one
+
+
 @pytest.mark.slow
 def test_also_test_predictions_evaluates_the_vote_in_the_same_run_as_a_run_of_its_own(tmp_path):
     """also_test_predictions: [vote] gives, beside the head's matrix, the accuracy matrix a run

@@ -29,6 +29,9 @@ the memory a row weighs alike (effective neighbours); into ``first_task/probe.js
 images (where GCL's warning for a task near chance looks), among all classes and the task's two
 (:func:`probe_last_task`).
 
+``predictions [--only NAME,...]`` reads three-task learners by the head, the vote and both together
+(rule 10, :func:`read_predictions`).
+
 ``--only NAME[,NAME]`` runs some variants; ``--list`` prints the commands.
 """
 from __future__ import annotations
@@ -259,6 +262,41 @@ def label_carriers(model, images, labels, within_task: bool) -> dict:
             "effective_neighbours": round(100.0 * spread, 1), "no_edge": round(100.0 * no_edge, 1)}
 
 
+def read_predictions(variants: list[str]) -> None:
+    """Rule 10: each finished three-task learner (``variants``, learner.keras kept) on its own
+    validation images, read by the head (as its run evaluated it: the check), the vote and the two
+    together (``head_vote``); ACC is the mean over the three tasks; into
+    ``three_tasks/predictions.json``."""
+    import numpy as np
+    import yaml
+
+    import gcl_tf
+    from gcl_tf.methods.gcl.prediction import first_examples
+
+    sys.path.insert(0, os.path.join(ROOT, "docs", "results", "split_cifar10_ocl"))
+    from gcl_predictions import accuracies
+
+    stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path="data/cifar10.npz"),
+                                     num_tasks=3, seed=0, validation_fraction=0.1)
+    parts = [first_examples(task.validation, 10**6) for task in stream.tasks]
+    x, y = np.concatenate([p[0] for p in parts]).astype("float32") / 255.0, np.concatenate([p[1] for p in parts])
+    path = os.path.join(HERE, "three_tasks", "predictions.json")
+    out = json.load(open(path)) if os.path.exists(path) else {}
+    for variant in variants:
+        folder = os.path.join(HERE, "three_tasks", variant)
+        batch = int(yaml.safe_load(open(os.path.join(folder, "config.yaml")))["eval"]["batch_size"])
+        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
+        row = {"results_json_acc": json.load(open(os.path.join(folder, "results.json")))["acc"]}
+        for prediction in ("head", "vote", "head_vote"):
+            with model.evaluation_variant({"test_prediction": prediction}):
+                tasks = accuracies(model, x, y, 2, batch)["tasks"]
+            row[prediction] = {"acc": float(np.mean(tasks)), "tasks": tasks}
+        out[variant] = row
+        print(variant, json.dumps(row), flush=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def probe_last_task(folders: list[str]) -> None:
     """Each finished GCL run of Split CIFAR10 (``folders``, learner.keras kept) on its last task's
     first 2,000 training images, where GCL's warning for a task near chance looks: the head and
@@ -312,7 +350,7 @@ def probe() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", choices=[*STUDIES, "table", "probe", "probe_last_task"])
+    parser.add_argument("study", choices=[*STUDIES, "table", "probe", "probe_last_task", "predictions"])
     parser.add_argument("folders", nargs="*", help="probe_last_task: finished GCL run folders")
     parser.add_argument("--only", type=lambda s: s.split(","), default=None)
     parser.add_argument("--list", action="store_true")
@@ -327,6 +365,9 @@ def main() -> None:
         return
     if args.study == "probe_last_task":
         probe_last_task(args.folders)
+        return
+    if args.study == "predictions":  # rule 10, on the three-task learners named by --only
+        read_predictions(args.only or ["defaults_cb128"])
         return
     if args.list:
         for variant in args.only or VARIANTS:

@@ -103,7 +103,7 @@ class Prediction:
     def samples_test_graphs(self) -> bool:
         """Whether predictions average sampled test graphs (the paper's ``head`` with stochastic
         graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``)."""
-        return self.settings.stochastic_graphs and self.settings.test_prediction == "head"
+        return self.settings.stochastic_graphs and self.settings.test_prediction != "vote"
 
     def test_graphs(self, x, samples=None, seed=None):
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits
@@ -135,15 +135,25 @@ class Prediction:
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-        return logits_e, values, noise, self.own_logits(l_t) if self.settings.test_prediction == "head" else None
+        return logits_e, values, noise, self.own_logits(l_t) if self.settings.test_prediction != "vote" else None
 
     def log_probs_of_test_graphs(self, logits_e, values, noise, own, class_mask):
         """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K] (the
-        ``vote``: the memory's labels along the expected graph, :func:`label_vote_logits`)."""
-        if self.settings.test_prediction == "vote":
+        ``vote``: the memory's labels along the expected graph, :func:`label_vote_logits`;
+        ``head_vote``: the head's and the vote's log-probabilities summed, normalised again)."""
+        prediction = self.settings.test_prediction
+        if prediction != "head":
             H, K = self.hidden_size, self.num_classes
             logits = label_vote_logits(tf.sigmoid(logits_e), values[:, H:H + K])  # values: [l, one_hot(y), 1]
-            return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
+            vote = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
+            if prediction == "vote":
+                return vote
+        head = self.head_log_probs(logits_e, values, noise, own, class_mask)
+        return head if prediction == "head" else tf.nn.log_softmax(head + vote, axis=-1)
+
+    def head_log_probs(self, logits_e, values, noise, own, class_mask):
+        """The head's log p(y | x, memory), averaged over the sampled test graphs (``noise``), or
+        on the expected graph (None)   [N, K]."""
         if noise is None:
             logits = self.classify(tf.sigmoid(logits_e)[None], values, own)  # [1, N, K]
         else:  # one graph sample at a time: its [N, M] graph stays in cache through the GEMM
