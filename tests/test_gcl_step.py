@@ -507,6 +507,15 @@ def test_a_second_target_view_is_trained_on_and_the_memory_keeps_the_first():
     two.fit(tf.data.Dataset.from_tensor_slices((tf.concat([x1, x2], 0), tf.concat([y1, y2], 0))).batch(10),
             epochs=2, verbose=0, shuffle=False)
     assert len(traces) == 1 and int(two.memory.num_filled.numpy()) == 20
+    from gcl_tf.config import load_config
+    from gcl_tf.methods.gcl.model import GCL
+
+    from conftest import REPO
+
+    today = os.path.join(REPO, "configs", "split_cifar10_ocl.yaml")
+    step = [[name for name, _ in GCL.memory_buffers(load_config(today, ["method.name=gcl", *sets]))
+             if "training step" in name][0] for sets in ([], ["method.target_views=2"])]
+    assert step == ["a training step's graphs (3 x [138, 128])", "a training step's graphs (3 x [148, 128])"]
     with pytest.raises(ConfigError, match=r"target_views: 2 draws each view from the in-step augmentation, and "
                                           r"benchmark.augment is 'none'; allowed: .*target_views: 1, or"):
         gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, target_views=2)

@@ -126,16 +126,16 @@ class GCL(Training, Prediction, ContinualModel):
     @classmethod
     def memory_buffers(cls, config) -> list:
         """The learned context graph ([M, M] edge logits, or [M, H] edge embeddings), the graphs of
-        a training step ([k + B, k] for k contexts: the kernel, the edge logits and the sampled
-        graph, all kept for the gradient) and the test-time graph noise ([S, N, M]: drawn for each
-        evaluation batch, kept when it fits TEST_NOISE_CACHE_BYTES), in bytes."""
+        a training step ([k + V B, k] for k contexts and V views of B targets: the kernel, the edge
+        logits and the sampled graph, all kept for the gradient) and the test-time graph noise
+        ([S, N, M]: drawn for each evaluation batch, kept when it fits TEST_NOISE_CACHE_BYTES), in bytes."""
         method, memory, hidden = config.method, int(config.method.memory_size), int(config.model.hidden_size)
         if method.edge_memory == "matrix":
             graph = (f"the [{memory}, {memory}] edge matrix", memory * memory * FLOAT32)
         else:
             graph = (f"the [{memory}, {hidden}] edge embeddings", memory * hidden * FLOAT32)
         k = method.context_batch or memory
-        rows, n = k + int(config.train.batch_size), STEP_GRAPH_TENSORS
+        rows, n = k + int(config.train.batch_size) * method.target_views, STEP_GRAPH_TENSORS
         buffers = [graph, (f"a training step's graphs ({n} x [{rows}, {k}])", n * rows * k * FLOAT32)]
         if method.draws_test_noise:
             shape = (int(method.test_graph_samples), int(config.eval.batch_size), memory)
