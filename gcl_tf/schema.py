@@ -51,10 +51,16 @@ class MethodConfig:
         """The rules between the method's own keys (``section``: how errors name them): a
         ConfigError naming the key. Default: none."""
 
+    def check_augmentation(self, augment: str, section: str = "method") -> None:
+        """The rules between the method's keys and the run's in-step augmentation (``augment``:
+        benchmark.augment, or the model's ``augment`` keyword): a ConfigError naming the key.
+        Default: none."""
+
     def check(self, config) -> None:
         """The rules between the method's keys and the rest of a run's ``config`` (its other
-        sections). Default: :meth:`check_settings` only."""
+        sections). Default: :meth:`check_settings` and :meth:`check_augmentation`."""
         self.check_settings()
+        self.check_augmentation(config.benchmark.augment)
 
 
 @dataclass

@@ -173,7 +173,8 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         return built
 
     def check_augment(self, augment: str) -> str:
-        """``augment`` if this method takes it (see the module docstring), else a ConfigError."""
+        """``augment`` if this method takes it (see the module docstring) and its keys allow it
+        (``Config.check_augmentation``), else a ConfigError."""
         from gcl_tf.augment import IN_STEP
 
         if augment not in IN_STEP:
@@ -181,6 +182,7 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         if augment != "none" and not self.settings.augments_in_step:
             raise ConfigError(f"augment: {self.name} does not augment inside its step; allowed: none (in-step "
                               f"augmentation is for {', '.join(methods.augmenting_names())})")
+        self.settings.check_augmentation(augment)
         return augment
 
     def augmented(self, images, salt: int = salts.AUGMENT):

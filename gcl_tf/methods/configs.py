@@ -178,11 +178,7 @@ class OnProConfig(MemoryMethodConfig):
     # L2 weight decay, the authors' Adam weight_decay: weight_decay * w added to each weight's gradient.
     weight_decay: float = field(default=1e-4, metadata=value_range(0.0))
 
-    def check(self, config):
-        self.check_settings()
-        self.check_views(config.benchmark.augment)
-
-    def check_views(self, augment: str, section: str = "method") -> None:
+    def check_augmentation(self, augment: str, section: str = "method") -> None:
         """``views: protocol`` takes the run's in-step augmentation: a ConfigError without one."""
         if self.views == "protocol":
             require_in_step_augmentation(augment, f"{section}.views: protocol draws OnPro's views from the in-step "

@@ -210,7 +210,6 @@ class OnPro(ContinualModel):
     def __init__(self, backbone=None, *, num_classes, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         s = self.settings
-        s.check_views(self.augment)
         trunk = self.default_backbone(backbone)
         width = feature_size(trunk, self.image_shape)
         self.check_shapes(width, s.projection_size, s.rotations)

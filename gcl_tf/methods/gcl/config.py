@@ -120,11 +120,7 @@ class Config(MemoryMethodConfig):
         graphs, as the prediction or as a variant), so that test-time graph noise is drawn."""
         return self.stochastic_graphs and any(p != "vote" for p in (self.test_prediction, *self.also_test_predictions))
 
-    def check(self, config) -> None:
-        self.check_settings()
-        self.check_views(config.benchmark.augment)
-
-    def check_views(self, augment: str, section: str = "method") -> None:
+    def check_augmentation(self, augment: str, section: str = "method") -> None:
         """A second view is a second draw of the run's in-step augmentation: a ConfigError without one."""
         if self.target_views > 1:
             require_in_step_augmentation(augment, f"{section}.target_views: {self.target_views} draws each view "

@@ -63,7 +63,6 @@ class GCL(Training, Prediction, ContinualModel):
     def __init__(self, backbone=None, *, num_classes, hidden_size=256, **keys):
         super().__init__(backbone, num_classes=num_classes, **keys)
         s = self.settings
-        s.check_views(self.augment)
         hidden = int(hidden_size)
         self.hidden_size = hidden
         self.trunk = mlp(self.image_shape, hidden) if backbone is None else backbone

@@ -183,8 +183,7 @@ class Prediction:
         images to the filled memory slots   (float, [N, C], [N, C] numpy); the accuracy among
         ``classes`` only, if given (default: every class). Runs on the device of the model's
         variables (the first replica's under a strategy)."""
-        allowed = tf.ones([self.num_classes], tf.bool) if classes is None else \
-            tf.reduce_any(tf.equal(tf.range(self.num_classes)[:, None], tf.constant(classes, tf.int32)[None]), 1)
+        allowed = np.ones(self.num_classes, bool) if classes is None else np.isin(np.arange(self.num_classes), classes)
         with tf.device(self.kernel_log_scale.value.device):
             logits_e, values, noise, own = self.test_graphs(to_float(images))
             log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, own, allowed)
@@ -197,13 +196,13 @@ class Prediction:
 
     def learning_warning(self, task_index, images, labels):
         """One line when the task just learned is classified at about chance among its own classes
-        (below chance + ABOVE_CHANCE points, on ``images`` of its stream: a task told apart from
-        itself but taken for old classes is learned, and forgotten or outweighed, which no kernel
-        setting mends) because of the kernel: the images have
-        almost no edge to the memory (a width too narrow for the trunk's embeddings), or their
+        (below chance + ABOVE_CHANCE points, on ``images`` of its stream) because of the kernel: the
+        images have almost no edge to the memory (a width too narrow for the trunk's embeddings), or their
         edges weigh the whole memory alike (too wide); else None. (Small edge probabilities alone
         are no fault: normalised, a row of edges all below 0.01 still singles out its nearest
-        neighbours, and the sparse starts the searches of docs/tuning.md found learn well.)"""
+        neighbours, and the sparse starts the searches of docs/tuning.md found learn well. Nor is a
+        task told apart among its own classes but taken for old ones: it was learned, and no kernel
+        setting mends that.)"""
         classes = np.unique(labels)
         if len(classes) < 2 or int(self.memory.num_filled.numpy()) < 2:
             return None  # no chance level to compare with, or no graph yet
