@@ -87,13 +87,14 @@ def test_own_latent_adds_its_term_to_each_sampled_test_graph():
     model.fit(stream, verbose=0)
     x = next(iter(stream))[0]
     mask = tf.ones([10], tf.bool)
-    logits_e, values, noise, own = model.test_graphs(x, seed=(3, 4))
+    logits_e, values, noise, latents = model.test_graphs(x, seed=(3, 4))
+    own = model.own_logits(latents)
     assert noise.shape == (3, 10, 20) and own.shape == (10, 10)
     temperature = model.settings.test_temperature
     by_hand = average_log_probs(tf.stack([
         tf.nn.log_softmax(model.classify(relaxed_bernoulli(logits_e, temperature, eps), values) + own)
         for eps in noise]))
-    got = model.log_probs_of_test_graphs(logits_e, values, noise, own, mask)
+    got = model.log_probs_of_test_graphs(logits_e, values, noise, latents, mask)
     np.testing.assert_allclose(got.numpy(), by_hand.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(model.predict_log_probs(x, mask, seed=(3, 4)).numpy(), got.numpy(), rtol=1e-5,
                                atol=1e-6)
@@ -192,6 +193,49 @@ def test_head_vote_sums_the_heads_and_the_votes_log_probabilities():
     assert np.all(np.exp(read["head_vote"][:, 6:]) < 1e-6)
     for one in ("head", "vote"):
         assert not np.allclose(read["head_vote"], read[one], atol=1e-3), one
+
+
+def test_class_mean_logits_are_cosines_to_the_memorys_normalised_class_means():
+    """ncm's logits by hand: each class's mean of the memory's unit feature vectors, its direction,
+    cosines over the temperature; an empty slot counts for no class, an absent class is never predicted."""
+    from gcl_tf.methods.gcl.graph import class_mean_logits
+
+    memory = np.array([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0], [9.0, -9.0]], np.float32)  # [M=4, H=2]
+    labels = np.eye(3, dtype=np.float32)[[0, 0, 1, 1]]
+    labels[3] = 0.0  # slot 3 is empty: its features do not pull class 1's mean
+    x = np.array([[1.0, 0.1], [-1.0, 1.0]], np.float32)
+    got = class_mean_logits(tf.constant(x), tf.constant(memory), tf.constant(labels), temperature=0.5).numpy()
+    means = np.array([[1.0 / np.sqrt(2.0)] * 2, [1.0, 0.0]])  # class 0: (1,0)+(0,1); class 1: (1,0)
+    cosines = (x / np.linalg.norm(x, axis=1, keepdims=True)) @ means.T
+    np.testing.assert_allclose(got[:, :2], cosines / 0.5, rtol=1e-5, atol=1e-6)
+    assert np.all(got[:, 2] <= -1e8)  # class 2 has no sample in the memory
+
+
+def test_ncm_predicts_the_nearest_class_mean_of_relu_latents_and_draws_no_noise():
+    """test_prediction: ncm: the class of the nearest memory class mean of the normalised ReLU(l)
+    (numpy from the model's embeddings), masked classes excluded; no graph noise; training is the head's."""
+    model, stream = small_gcl(test_prediction="ncm")
+    assert not model.settings.draws_test_noise
+    model.fit(stream, verbose=0)
+    x = next(iter(stream))[0]
+    filled = model.memory.filled().numpy()
+    _, l_c = model.embed(model._context_images(), training=False)
+    _, l_t = model.embed(x, training=False)
+
+    def unit(a):
+        return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+
+    memory = unit(np.maximum(l_c.numpy(), 0.0))[filled]
+    labels = model.memory.labels.numpy()[filled]
+    mask = np.isin(np.arange(10), labels[:4])  # some classes the memory holds
+    means = np.stack([unit(memory[labels == c].mean(0, keepdims=True))[0] if (labels == c).any()
+                      else np.zeros(memory.shape[1]) for c in range(10)])
+    scores = np.where(mask, unit(np.maximum(l_t.numpy(), 0.0)) @ means.T, -np.inf)
+    got = model.predict_log_probs(x, tf.constant(mask), seed=(1, 2)).numpy()
+    np.testing.assert_array_equal(got.argmax(-1), scores.argmax(-1))
+    assert np.all(np.exp(got[:, ~mask]) < 1e-6)
+    with model.evaluation_variant({"test_prediction": "head"}):
+        assert not np.array_equal(model.predict_log_probs(x, tf.constant(mask), seed=(1, 2)).numpy(), got)
 
 
 @pytest.mark.slow

@@ -29,8 +29,8 @@ the memory a row weighs alike (effective neighbours); into ``first_task/probe.js
 images (where GCL's warning for a task near chance looks), among all classes and the task's two
 (:func:`probe_last_task`).
 
-``predictions [--only NAME,...]`` reads three-task learners by the head, the vote and both together
-(rule 10, :func:`read_predictions`).
+``predictions [--only NAME,...]`` reads three-task learners (``five_tasks/NAME``: the whole stream's) by
+the head, the vote, both together and the nearest class mean (rules 10 and 11, :func:`read_predictions`).
 
 ``--only NAME[,NAME]`` runs some variants; ``--list`` prints the commands.
 """
@@ -265,10 +265,10 @@ def label_carriers(model, images, labels, within_task: bool) -> dict:
 
 
 def read_predictions(variants: list[str]) -> None:
-    """Rule 10: each finished three-task learner (``variants``, learner.keras kept) on its own
-    validation images, read by the head (as its run evaluated it: the check), the vote and the two
-    together (``head_vote``); ACC is the mean over the three tasks; into
-    ``three_tasks/predictions.json``."""
+    """Rules 10 and 11: each finished learner (``variants``: a three-task run's name, or
+    ``five_tasks/NAME``; learner.keras kept) on its own validation images, read by the head (as its
+    run evaluated it: the check), the vote, the two together (``head_vote``) and the nearest class
+    mean (``ncm``); ACC is the mean over the tasks; into ``predictions.json`` of the study's folder."""
     import numpy as np
     import yaml
 
@@ -278,25 +278,28 @@ def read_predictions(variants: list[str]) -> None:
     sys.path.insert(0, os.path.join(ROOT, "docs", "results", "split_cifar10_ocl"))
     from gcl_predictions import accuracies
 
-    stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path="data/cifar10.npz"),
-                                     num_tasks=3, seed=0, validation_fraction=0.1)
-    parts = [first_examples(task.validation, 10**6) for task in stream.tasks]
-    x, y = np.concatenate([p[0] for p in parts]).astype("float32") / 255.0, np.concatenate([p[1] for p in parts])
-    path = os.path.join(HERE, "three_tasks", "predictions.json")
-    out = json.load(open(path)) if os.path.exists(path) else {}
-    for variant in variants:
-        folder = os.path.join(HERE, "three_tasks", variant)
+    for name in variants:
+        study, variant = name.split("/") if "/" in name else ("three_tasks", name)
+        stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path="data/cifar10.npz"),
+                                         num_tasks={"three_tasks": 3, "five_tasks": 5}[study], seed=0,
+                                         validation_fraction=0.1)
+        parts = [first_examples(task.validation, 10**6) for task in stream.tasks]
+        x = np.concatenate([p[0] for p in parts]).astype("float32") / 255.0
+        y = np.concatenate([p[1] for p in parts])
+        path = os.path.join(HERE, study, "predictions.json")
+        out = json.load(open(path)) if os.path.exists(path) else {}
+        folder = os.path.join(HERE, study, variant)
         batch = int(yaml.safe_load(open(os.path.join(folder, "config.yaml")))["eval"]["batch_size"])
         model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
         row = {"results_json_acc": json.load(open(os.path.join(folder, "results.json")))["acc"]}
-        for prediction in ("head", "vote", "head_vote"):
+        for prediction in ("head", "vote", "head_vote", "ncm"):
             with model.evaluation_variant({"test_prediction": prediction}):
                 tasks = accuracies(model, x, y, 2, batch)["tasks"]
             row[prediction] = {"acc": float(np.mean(tasks)), "tasks": tasks}
         out[variant] = row
-        print(variant, json.dumps(row), flush=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+        print(name, json.dumps(row), flush=True)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 def probe_last_task(folders: list[str]) -> None:
@@ -368,7 +371,7 @@ def main() -> None:
     if args.study == "probe_last_task":
         probe_last_task(args.folders)
         return
-    if args.study == "predictions":  # rule 10, on the three-task learners named by --only
+    if args.study == "predictions":  # rules 10 and 11, on the learners named by --only
         read_predictions(args.only or ["defaults_cb128"])
         return
     if args.list:

@@ -66,11 +66,13 @@ class Config(MemoryMethodConfig):
     # vote (our extension): the memory's labels weighted by the expected test graph, p(y | x) =
     # sum_j sigmoid(E_xj) [y_j = y] / sum_j sigmoid(E_xj) (a kernel-weighted nearest-neighbour
     # vote over the memory; no head, no sampling); head_vote (our extension, docs/gcl_today.md rule
-    # 10): the two log-probabilities summed. Test time only: training is unchanged.
-    test_prediction: Literal["head", "vote", "head_vote"] = "head"
+    # 10): the two log-probabilities summed; ncm (our extension, rule 11): the nearest of the
+    # memory's class means of the L2-normalised ReLU(l), what the own head reads (SCR's classifier;
+    # no graph, no sampling). Test time only: training is unchanged.
+    test_prediction: Literal["head", "vote", "head_vote", "ncm"] = "head"
     # Also evaluate with each of these predictions at every task end, in the same run (results.json:
     # evaluations.<name>, e.g. evaluations.vote), as also_test_graph_samples does. []: none.
-    also_test_predictions: list[Literal["head", "vote", "head_vote"]] = field(default_factory=list)
+    also_test_predictions: list[Literal["head", "vote", "head_vote", "ncm"]] = field(default_factory=list)
     # The output head also reads each image's own latent embedding (our extension, docs/gcl.md):
     # logits = f_theta3(ReLU(Z)) + W_own ReLU(l), i.e. a linear head on [ReLU(Z), ReLU(l)]. A new
     # class is then learned from the batch directly, as ER's head learns it, not only once the
@@ -118,7 +120,8 @@ class Config(MemoryMethodConfig):
     def draws_test_noise(self) -> bool:
         """Whether some evaluation averages sampled test graphs (the ``head`` with stochastic
         graphs, as the prediction or as a variant), so that test-time graph noise is drawn."""
-        return self.stochastic_graphs and any(p != "vote" for p in (self.test_prediction, *self.also_test_predictions))
+        return self.stochastic_graphs and any(p not in ("vote", "ncm")
+                                               for p in (self.test_prediction, *self.also_test_predictions))
 
     def check_augmentation(self, augment: str, section: str = "method") -> None:
         """A second view is a second draw of the run's in-step augmentation: a ConfigError without one."""

@@ -310,3 +310,23 @@ def label_vote_logits(graph, labels):
     (or the classes it reaches none of) gets log ROW_EPS, so that no edge at all votes uniformly.
     """
     return tf.math.log(tf.matmul(graph, labels) + ROW_EPS)
+
+
+NCM_TEMPERATURE = 0.1  # the nearest-class-mean logits' scale: cosines / 0.1 (argmax unchanged by it)
+
+
+def class_mean_logits(latents, memory_latents, memory_labels, temperature: float = NCM_TEMPERATURE):
+    """The nearest-class-mean classifier on the memory (``test_prediction: ncm``): each class's mean of
+    the memory's L2-normalised features, normalised again, and the cosine of each image's normalised
+    features with it, over ``temperature``   [N, K].
+
+    ``latents`` [N, H] the images' features, ``memory_latents`` [M, H] and ``memory_labels`` [M, K]
+    (one-hot, zero rows for empty slots, which count for no class). A class with no sample in the
+    memory gets -1e9, so it is never predicted while another class is allowed.
+    """
+    rows = normalize_embeddings(latents)
+    sums = tf.matmul(memory_labels, normalize_embeddings(memory_latents), transpose_a=True)  # [K, H]
+    means = normalize_embeddings(sums)  # the class means' directions (the count only scales them)
+    present = tf.reduce_sum(memory_labels, axis=0) > 0  # [K]
+    cosines = tf.matmul(rows, means, transpose_b=True)  # [N, K]
+    return tf.where(present[None, :], cosines / temperature, -1e9)

@@ -18,6 +18,7 @@ from gcl_tf.methods.base import cross_entropy, mask_logits
 from gcl_tf.methods.gcl.caches import TestNoiseCache
 from gcl_tf.methods.gcl.graph import (
     average_log_probs,
+    class_mean_logits,
     edge_logits,
     label_vote_logits,
     logistic_noise,
@@ -102,14 +103,14 @@ class Prediction:
     @property
     def samples_test_graphs(self) -> bool:
         """Whether predictions average sampled test graphs (the paper's ``head`` with stochastic
-        graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``)."""
-        return self.settings.stochastic_graphs and self.settings.test_prediction != "vote"
+        graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``), nor none (``ncm``)."""
+        return self.settings.stochastic_graphs and self.settings.test_prediction not in ("vote", "ncm")
 
     def test_graphs(self, x, samples=None, seed=None):
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits
         [N, M], the memory's values V, the logistic noise of the ``samples`` graphs [S, N, M]
-        (None with the expected graph: deterministic graphs, or the vote) and the images' own
-        term of the logits [N, K] (None without ``own_latent``, or for the vote, which reads no head)."""
+        (None with the expected graph: deterministic graphs, the vote or ``ncm``) and the images'
+        latent embeddings l [N, H] (the own head's input, and ``ncm``'s features)."""
         samples = self.settings.test_graph_samples if samples is None else samples
         if not self.samples_test_graphs:
             samples = 1
@@ -135,19 +136,25 @@ class Prediction:
             n = x.shape[0]
             noise = logistic_noise([samples, replicas * n, self.capacity], seed)
             noise = tf.gather(noise, replica_id() * n + tf.range(n), axis=1)
-        return logits_e, values, noise, self.own_logits(l_t) if self.settings.test_prediction != "vote" else None
+        return logits_e, values, noise, l_t
 
-    def log_probs_of_test_graphs(self, logits_e, values, noise, own, class_mask):
+    def log_probs_of_test_graphs(self, logits_e, values, noise, latents, class_mask):
         """log p(y | x, memory) averaged over the graphs of :meth:`test_graphs`   [N, K] (the
         ``vote``: the memory's labels along the expected graph, :func:`label_vote_logits`;
-        ``head_vote``: the head's and the vote's log-probabilities summed, normalised again)."""
+        ``head_vote``: the head's and the vote's log-probabilities summed, normalised again;
+        ``ncm``: the nearest of the memory's class means of ReLU(l), :func:`class_mean_logits`).
+        ``latents``: the images' l (None: the head without its own term)."""
         prediction = self.settings.test_prediction
+        H, K = self.hidden_size, self.num_classes  # values: [l, one_hot(y), 1]
+        if prediction == "ncm":
+            logits = class_mean_logits(tf.nn.relu(latents), tf.nn.relu(values[:, :H]), values[:, H:H + K])
+            return tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
         if prediction != "head":
-            H, K = self.hidden_size, self.num_classes
-            logits = label_vote_logits(tf.sigmoid(logits_e), values[:, H:H + K])  # values: [l, one_hot(y), 1]
+            logits = label_vote_logits(tf.sigmoid(logits_e), values[:, H:H + K])
             vote = tf.nn.log_softmax(mask_logits(logits, class_mask), axis=-1)
             if prediction == "vote":
                 return vote
+        own = None if latents is None else self.own_logits(latents)
         head = self.head_log_probs(logits_e, values, noise, own, class_mask)
         return head if prediction == "head" else tf.nn.log_softmax(head + vote, axis=-1)
 
