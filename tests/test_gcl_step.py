@@ -528,3 +528,53 @@ def test_replicas_take_their_views_noise_rows_as_a_single_device_lays_them_out()
     assert rows == [[0, 1, 2, 3, 4, 7, 8], [0, 1, 2, 5, 6, 9, 10]]
     one_view = gcl_graph.replica_noise_rows(3, 4, 1, 2, 1).numpy().tolist()
     assert one_view == [0, 1, 2] + [3 + 4 + t for t in range(4)]  # one view: k + r T + range(T)
+
+
+def test_vote_cross_entropy_is_the_memorys_vote_for_each_rows_label():
+    """By hand: the expected graph k (self-edges of the context rows out, invalid contexts voting
+    for nothing), the vote p(y) = (sum_j k_j [y_j = y] + eps) / (sum_j k_j + K eps), -log p(label)."""
+    rng = np.random.default_rng(3)
+    k, rows_n, K = 4, 7, 3
+    log_k = np.log(rng.uniform(0.05, 0.9, (rows_n, k))).astype(np.float32)
+    one_hot = np.eye(K, dtype=np.float32)[[0, 1, 1, 2]]
+    one_hot[3] = 0.0  # an invalid context
+    labels = np.array([0, 1, 1, 2, 2, 0, 1])
+    got = gcl_graph.vote_cross_entropy(tf.constant(log_k), tf.constant(one_hot), tf.constant(labels)).numpy()
+    graph = np.exp(log_k)
+    graph[np.arange(k), np.arange(k)] = 0.0
+    votes = graph @ one_hot + gcl_graph.ROW_EPS
+    want = -np.log(votes[np.arange(rows_n), labels] / votes.sum(1))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_vote_lambda_adds_the_votes_loss_over_targets_and_valid_contexts():
+    """``vote_lambda``: the step's loss is the paper's plus vote_lambda times the vote's mean
+    cross-entropy over the targets plus its mean over the valid contexts, from the step's edge
+    embeddings (numpy); 0 (the default) adds nothing and logs no vote loss."""
+    import keras
+
+    import gcl_tf
+
+    keras.utils.set_random_seed(0)
+    m = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, vote_lambda=2.0)
+    m.compile(optimizer=keras.optimizers.Adam(1e-3))
+    (x0, y0), (x1, y1) = batches(2, seed=5)
+    m.train_step((x0, y0))  # fills 10 of the 20 slots: the other 10 contexts are invalid
+    slots, valid = m.select_contexts()
+    with_vote = m.training_forward(x1, y1, slots, valid)
+    with m.evaluation_variant({"vote_lambda": 0.0}):
+        without = m.training_forward(x1, y1, slots, valid)
+    assert "vote_loss" not in without.logs
+    u, _ = m.embed_step(m.context_images(slots, valid, fallback=x1), x1)
+    u, k = u.numpy().astype(np.float64), slots.shape[0]
+    d2 = ((u[:, None, :] - u[None, :k, :]) ** 2).sum(-1)
+    graph = np.exp(-0.5 * d2 / np.exp(float(m.kernel_log_scale.numpy())))  # [k + T, k]
+    graph[np.arange(k), np.arange(k)] = 0.0
+    ok = valid.numpy()
+    labels = np.concatenate([m.memory.labels.numpy()[slots.numpy()], y1.numpy()])
+    votes = graph @ (np.eye(10)[labels[:k]] * ok[:, None]) + gcl_graph.ROW_EPS
+    ce = -np.log(votes[np.arange(len(labels)), labels] / votes.sum(1))
+    want = ce[k:].mean() + ce[:k][ok].mean()
+    assert 0 < ok.sum() < k
+    np.testing.assert_allclose(float(with_vote.logs["vote_loss"]), want, rtol=1e-4)
+    np.testing.assert_allclose(float(with_vote.logs["loss"]), float(without.logs["loss"]) + 2.0 * want, rtol=1e-4)

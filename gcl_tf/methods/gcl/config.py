@@ -18,6 +18,11 @@ class Config(MemoryMethodConfig):
     context_lambda: float = field(default=1.0, metadata=value_range(0.0))
     # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
     graph_lambda: float = field(default=50.0, metadata=value_range(0.0))
+    # Weight of the vote's loss (our extension, docs/gcl_today.md rule 13): the cross-entropy of the
+    # memory's label vote along the expected graph, for each valid context (the other contexts' vote)
+    # and each incoming image, added as vote_lambda * (its targets' mean + its contexts' mean): the
+    # graph is trained to carry the label itself, not only through the head. 0: the paper.
+    vote_lambda: float = field(default=0.0, metadata=value_range(0.0))
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.

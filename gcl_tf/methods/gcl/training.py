@@ -44,6 +44,7 @@ from gcl_tf.methods.gcl.graph import (
     replica_noise_rows,
     sampled_graph,
     update_edge_memory,
+    vote_cross_entropy,
 )
 
 
@@ -158,6 +159,15 @@ class Training:
         context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
         return context_ce, context_loss, tf.reduce_mean(target_ce), num_valid
 
+    def vote_loss(self, log_k, context_labels, y, valid, k: int):
+        """The vote's loss (``vote_lambda``): the mean cross-entropy of the memory's label vote along
+        the expected graph over the targets, plus its mean over the valid contexts."""
+        valid_f = tf.cast(valid, tf.float32)
+        one_hot = tf.one_hot(context_labels, self.num_classes) * valid_f[:, None]
+        context_ce, target_ce = tf.split(vote_cross_entropy(log_k, one_hot, tf.concat([context_labels, y], 0)),
+                                         [k, y.shape[0]])
+        return tf.reduce_mean(target_ce) + tf.reduce_sum(context_ce * valid_f) / tf.maximum(tf.reduce_sum(valid_f), 1.0)
+
     def graph_regularization(self, logits_e, slots, valid, context_ce):
         """``(m [k], L_G)``: the contexts held (their loss rose above their best, under
         ``regularize_below``) and the graph regulariser between their current and stored edges."""
@@ -203,6 +213,9 @@ class Training:
             context_out, target_out, context_labels, tf.tile(y, [self.settings.target_views]), valid, present)
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
+        if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
+            vote_loss = self.vote_loss(log_k, context_labels, tf.tile(y, [self.settings.target_views]), valid, k)
+            context_terms += self.settings.vote_lambda * vote_loss
         loss = target_loss + context_terms
         # Gradients are summed over replicas: each weighs its targets by its share of the global
         # batch and the (replicated) context terms by 1 / R.
@@ -212,6 +225,8 @@ class Training:
         replica_loss = learning * (target_loss + context_terms) / num_replicas()
         logs.update(target_loss=target_loss * learning, context_loss=context_loss, graph_loss=graph_loss,
                     regularized_fraction=tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid)
+        if self.settings.vote_lambda > 0:
+            logs["vote_loss"] = vote_loss * learning
         # logits between all images for the edge memory (no gradient), in two blocks of columns:
         # to the contexts [k + T, k] and to the targets [k + T, T]; of the first view only
         n = k + x.shape[0]
