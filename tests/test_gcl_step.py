@@ -578,3 +578,10 @@ def test_vote_lambda_adds_the_votes_loss_over_targets_and_valid_contexts():
     assert 0 < ok.sum() < k
     np.testing.assert_allclose(float(with_vote.logs["vote_loss"]), want, rtol=1e-4)
     np.testing.assert_allclose(float(with_vote.logs["loss"]), float(without.logs["loss"]) + 2.0 * want, rtol=1e-4)
+    with m.evaluation_variant({"vote_targets": "present"}):  # the incoming images' vote among their batch's classes
+        present_only = m.training_forward(x1, y1, slots, valid)
+    own = np.isin(np.arange(10), y1.numpy())
+    among = votes[k:] * own
+    ce_present = -np.log(among[np.arange(len(labels) - k), labels[k:]] / among.sum(1))
+    assert not np.allclose(ce_present.mean(), ce[k:].mean(), rtol=1e-3)
+    np.testing.assert_allclose(float(present_only.logs["vote_loss"]), ce_present.mean() + ce[:k][ok].mean(), rtol=1e-4)

@@ -121,6 +121,7 @@ VARIANTS.update(LEVERS)
 VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.yaml ships it
 VARIANTS["todays_gl0"] = ["method.graph_lambda=0"]  # it with the advice of its warning on the tiny stream
 VARIANTS["todays_vote"] = ["method.vote_lambda=1.0"]  # rule 13: the graph trained to carry the label itself
+VARIANTS["todays_vote_present"] = ["method.vote_lambda=1.0", "method.vote_targets=present"]  # rule 14: ACE's asymmetry
 #: rule 12: the published re-runs' settings that issue 70's stage 1 tries on the baselines, on the preset
 #: (docs/reproducing/rerun_settings.md; the values of rerun_switches.py's ER switches)
 VARIANTS.update({"todays_mkd_ocl": ["train.learning_rate=0.0005"],
@@ -158,7 +159,7 @@ def run(study: str, only: list[str] | None) -> None:
     first_task = [v for v in VARIANTS if v not in LEVERS and v != "todays_gl0"]
     names = only or {"first_task": first_task, "short_stream": SHORT_STREAM, "three_tasks": THREE_TASKS,
                      "tiny_stream": ["todays", "er", "todays_gl0"],
-                     "five_tasks": ["todays", "todays_vote", "todays_mkd_ocl", "todays_ccl_dc",
+                     "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_mkd_ocl", "todays_ccl_dc",
                                     "todays_torch_init"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)

@@ -23,6 +23,11 @@ class Config(MemoryMethodConfig):
     # and each incoming image, added as vote_lambda * (its targets' mean + its contexts' mean): the
     # graph is trained to carry the label itself, not only through the head. 0: the paper.
     vote_lambda: float = field(default=0.0, metadata=value_range(0.0))
+    # Which classes an incoming image's vote is among in that loss (rule 14): all (rule 13), or
+    # present, the incoming batch's classes only (ER-ACE's asymmetry, as target_loss: present): the
+    # incoming images' neighbourhoods are not pushed from the old classes' images; the contexts' vote
+    # stays among every class.
+    vote_targets: Literal["all", "present"] = "all"
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.
