@@ -103,7 +103,8 @@ class Prediction:
     @property
     def samples_test_graphs(self) -> bool:
         """Whether predictions average sampled test graphs (the paper's ``head`` with stochastic
-        graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``), nor none (``ncm``)."""
+        graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``), nor ``ncm``
+        (which reads no graph)."""
         return self.settings.stochastic_graphs and self.settings.test_prediction not in ("vote", "ncm")
 
     def test_graphs(self, x, samples=None, seed=None):

@@ -215,13 +215,13 @@ class Training:
         rows, target_cols, log_k = self.log_kernel(u, k)
         logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
         context_out, target_out = self.graph_logits(graph, latents, context_labels, valid, k)
+        target_labels = tf.tile(y, [self.settings.target_views])  # each view a target with the image's label
         context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
-            context_out, target_out, context_labels, tf.tile(y, [self.settings.target_views]), valid, present)
+            context_out, target_out, context_labels, target_labels, valid, present)
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
-            vote_loss = self.vote_loss(log_k, context_labels, tf.tile(y, [self.settings.target_views]), valid, k,
-                                       present)
+            vote_loss = self.vote_loss(log_k, context_labels, target_labels, valid, k, present)
             context_terms += self.settings.vote_lambda * vote_loss
         loss = target_loss + context_terms
         # Gradients are summed over replicas: each weighs its targets by its share of the global
