@@ -12,6 +12,7 @@ import tensorflow_probability as tfp
 tfd = tfp.distributions
 
 ROW_EPS = 1e-12  # guards the L1 normalisation of an all-zero row
+MASKED_LOGIT = -1e9  # a class left out of a row's softmax (methods.base.NEG_INF's value; this module stays Keras-free)
 LOG_KERNEL_MAX = -1e-6  # log k is clipped below 0 so that logit(k) stays finite
 
 
@@ -248,7 +249,7 @@ def vote_cross_entropy(log_k, context_labels, row_labels, class_mask=None):
     classes each row's vote is among (None: every class; ``vote_targets: present``)."""
     logits = label_vote_logits(expected_graph(log_k)[1], context_labels)
     if class_mask is not None:
-        logits = tf.where(class_mask, logits, -1e9)
+        logits = tf.where(class_mask, logits, MASKED_LOGIT)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(row_labels, tf.int32), logits=logits)
 
 
@@ -337,11 +338,11 @@ def class_mean_logits(latents, memory_latents, memory_labels, temperature: float
 
     ``latents`` [N, H] the images' features, ``memory_latents`` [M, H] and ``memory_labels`` [M, K]
     (one-hot, zero rows for empty slots, which count for no class). A class with no sample in the
-    memory gets -1e9, so it is never predicted while another class is allowed.
+    memory gets MASKED_LOGIT, so it is never predicted while another class is allowed.
     """
     rows = normalize_embeddings(latents)
     sums = tf.matmul(memory_labels, normalize_embeddings(memory_latents), transpose_a=True)  # [K, H]
     means = normalize_embeddings(sums)  # the class means' directions (the count only scales them)
     present = tf.reduce_sum(memory_labels, axis=0) > 0  # [K]
     cosines = tf.matmul(rows, means, transpose_b=True)  # [N, K]
-    return tf.where(present[None, :], cosines / temperature, -1e9)
+    return tf.where(present[None, :], cosines / temperature, MASKED_LOGIT)
