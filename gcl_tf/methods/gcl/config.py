@@ -130,8 +130,12 @@ class Config(MemoryMethodConfig):
     def draws_test_noise(self) -> bool:
         """Whether some evaluation averages sampled test graphs (the ``head`` with stochastic
         graphs, as the prediction or as a variant), so that test-time graph noise is drawn."""
-        return self.stochastic_graphs and any(p not in ("vote", "ncm")
-                                               for p in (self.test_prediction, *self.also_test_predictions))
+        return any(self.samples_graphs(p) for p in (self.test_prediction, *self.also_test_predictions))
+
+    def samples_graphs(self, prediction: str) -> bool:
+        """Whether ``prediction`` averages sampled test graphs: the head (alone or with the vote) with
+        stochastic graphs; the vote and ``ncm`` read the expected graph or none."""
+        return self.stochastic_graphs and prediction in ("head", "head_vote")
 
     def check_augmentation(self, augment: str, section: str = "method") -> None:
         """A second view is a second draw of the run's in-step augmentation: a ConfigError without one."""

@@ -238,16 +238,18 @@ def expected_graph(log_k):
     return logits, tf.linalg.set_diag(tf.sigmoid(logits), tf.zeros([log_k.shape[1]]))
 
 
-def vote_cross_entropy(log_k, context_labels, row_labels, class_mask=None):
-    """Each row's cross-entropy of the memory's label vote along the expected graph from log k
-    [k + T, k] (contexts first, their self-edges left out: :func:`expected_graph`)   [k + T].
+def vote_cross_entropy(logits_e, context_labels, row_labels, class_mask=None):
+    """Each row's cross-entropy of the memory's label vote along the expected graph sigmoid(E), from
+    the edge logits E [k + T, k] the step has already computed (contexts first, their self-edges
+    left out, as :func:`expected_graph` does)   [k + T].
 
     ``context_labels`` [k, K] the contexts' one-hot labels (zero rows for invalid contexts, which
     vote for nothing), ``row_labels`` [k + T] int the rows' labels. Its gradient moves the edge
     embeddings so that an image's edges weigh the memory's images of its class (the vote's
     log-likelihood, :func:`label_vote_logits`; ``vote_lambda``). ``class_mask`` [k + T, K] bool: the
     classes each row's vote is among (None: every class; ``vote_targets: present``)."""
-    logits = label_vote_logits(expected_graph(log_k)[1], context_labels)
+    graph = tf.linalg.set_diag(tf.sigmoid(logits_e), tf.zeros([logits_e.shape[1]]))
+    logits = label_vote_logits(graph, context_labels)
     if class_mask is not None:
         logits = tf.where(class_mask, logits, MASKED_LOGIT)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(row_labels, tf.int32), logits=logits)

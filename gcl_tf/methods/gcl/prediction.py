@@ -105,7 +105,7 @@ class Prediction:
         """Whether predictions average sampled test graphs (the paper's ``head`` with stochastic
         graphs), not the expected one (``stochastic_graphs: false``, or the ``vote``), nor ``ncm``
         (which reads no graph)."""
-        return self.settings.stochastic_graphs and self.settings.test_prediction not in ("vote", "ncm")
+        return self.settings.samples_graphs(self.settings.test_prediction)
 
     def test_graphs(self, x, samples=None, seed=None):
         """What the test-time graphs from ``x`` to the memory are made of: the edge logits

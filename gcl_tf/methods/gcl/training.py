@@ -159,7 +159,7 @@ class Training:
         context_loss = tf.reduce_sum(context_ce * valid_f) / num_valid
         return context_ce, context_loss, tf.reduce_mean(target_ce), num_valid
 
-    def vote_loss(self, log_k, context_labels, y, valid, k: int, present=None):
+    def vote_loss(self, logits_e, context_labels, y, valid, k: int, present=None):
         """The vote's loss (``vote_lambda``): the mean cross-entropy of the memory's label vote along
         the expected graph over the targets (with ``vote_targets: present`` among the classes
         ``present``, as ``target_loss``), plus its mean over the valid contexts (among every class)."""
@@ -170,7 +170,7 @@ class Training:
             present = present_classes(y, self.num_classes) if present is None else present
             mask = tf.concat([tf.ones([k, self.num_classes], tf.bool),
                               tf.broadcast_to(present[None, :], [y.shape[0], self.num_classes])], axis=0)
-        context_ce, target_ce = tf.split(vote_cross_entropy(log_k, one_hot, tf.concat([context_labels, y], 0), mask),
+        context_ce, target_ce = tf.split(vote_cross_entropy(logits_e, one_hot, tf.concat([context_labels, y], 0), mask),
                                          [k, y.shape[0]])
         return tf.reduce_mean(target_ce) + tf.reduce_sum(context_ce * valid_f) / tf.maximum(tf.reduce_sum(valid_f), 1.0)
 
@@ -221,7 +221,7 @@ class Training:
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
-            vote_loss = self.vote_loss(log_k, context_labels, target_labels, valid, k, present)
+            vote_loss = self.vote_loss(logits_e, context_labels, target_labels, valid, k, present)
             context_terms += self.settings.vote_lambda * vote_loss
         loss = target_loss + context_terms
         # Gradients are summed over replicas: each weighs its targets by its share of the global
