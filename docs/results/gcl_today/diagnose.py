@@ -127,6 +127,9 @@ VARIANTS["todays_vote_present"] = ["method.vote_lambda=1.0", "method.vote_target
 VARIANTS.update({"todays_mkd_ocl": ["train.learning_rate=0.0005"],
                  "todays_ccl_dc": ["train.optimizer=adamw", "train.learning_rate=0.0005", "train.weight_decay=0.0001"],
                  "todays_torch_init": ["model.initializer=torch"]})
+#: rule 15: the preset and rule 13's pair on seeds 1 and 2 of validation (each seed its own held-out 10%)
+VARIANTS.update({f"{name}_seed{seed}": [*VARIANTS[name], f"seed={seed}"] for seed in (1, 2)
+                 for name in ("todays", "todays_vote")})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10"]
@@ -159,7 +162,8 @@ def run(study: str, only: list[str] | None) -> None:
     first_task = [v for v in VARIANTS if v not in LEVERS and v != "todays_gl0"]
     names = only or {"first_task": first_task, "short_stream": SHORT_STREAM, "three_tasks": THREE_TASKS,
                      "tiny_stream": ["todays", "er", "todays_gl0"],
-                     "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_mkd_ocl", "todays_ccl_dc",
+                     "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_seed1", "todays_vote_seed1",
+                                    "todays_seed2", "todays_vote_seed2", "todays_mkd_ocl", "todays_ccl_dc",
                                     "todays_torch_init"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
@@ -289,16 +293,17 @@ def read_predictions(variants: list[str]) -> None:
 
     for name in variants:
         study, variant = name.split("/") if "/" in name else ("three_tasks", name)
+        folder = os.path.join(HERE, study, variant)
+        config = yaml.safe_load(open(os.path.join(folder, "config.yaml")))
         stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path="data/cifar10.npz"),
-                                         num_tasks={"three_tasks": 3, "five_tasks": 5}[study], seed=0,
+                                         num_tasks={"three_tasks": 3, "five_tasks": 5}[study], seed=config["seed"],
                                          validation_fraction=0.1)
         parts = [first_examples(task.validation, 10**6) for task in stream.tasks]
         x = np.concatenate([p[0] for p in parts]).astype("float32") / 255.0
         y = np.concatenate([p[1] for p in parts])
         path = os.path.join(HERE, study, "predictions.json")
         out = json.load(open(path)) if os.path.exists(path) else {}
-        folder = os.path.join(HERE, study, variant)
-        batch = int(yaml.safe_load(open(os.path.join(folder, "config.yaml")))["eval"]["batch_size"])
+        batch = int(config["eval"]["batch_size"])
         model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
         row = {"results_json_acc": json.load(open(os.path.join(folder, "results.json")))["acc"]}
         for prediction in ("head", "vote", "head_vote", "ncm"):
