@@ -183,14 +183,6 @@ def _with_preset(raw: dict, overrides=()) -> tuple:
     return raw, presets, name
 
 
-def stated_method_keys(raw: dict, overrides=()) -> dict:
-    """The method's own keys a raw config states (the file, the selected preset and ``--set``,
-    merged as :func:`resolve` merges them), as written. Call it on a config :func:`resolve`
-    accepted."""
-    raw, _, _ = _with_preset(raw, overrides)
-    return {key: value for key, value in (raw.get("method") or {}).items() if key != "name"}
-
-
 def _method_name(method_raw) -> str:
     if not isinstance(method_raw, dict):
         raise ConfigError(f"method: expected a mapping of keys, got {describe_value(method_raw)}")

@@ -332,7 +332,7 @@ def test_the_backbone_study_keeps_the_benchmarks_it_applies_to(tmp_path, monkeyp
                            "trunk"), line
     notes = []
     runs = paper.plan(benchmarks=["permuted_mnist", "split_cifar10"], studies=["main", "backbone"], seeds=1,
-                      backbone_benchmarks=["all"], methods=["er", "gcl"], log=notes.append, method_keys=False)
+                      backbone_benchmarks=["all"], methods=["er", "gcl"], log=notes.append)
     assert {(r.benchmark, r.variant) for r in runs if r.study == "backbone"} == {
         ("split_cifar10", "er-convnet"), ("split_cifar10", "gcl-resnet18")}
     assert notes == ["note: the backbone study leaves out permuted_mnist: its presets use mlp, not a convnet or "

@@ -8,7 +8,7 @@ import sys
 import types
 
 import pytest
-from benchmark_harness import CIFAR, TRUNK_KEYS, forbid_training, without_trunk
+from benchmark_harness import CIFAR, TRUNK_KEYS, forbid_training, one_line_error, without_trunk
 
 from gcl_tf import machine
 
@@ -268,6 +268,30 @@ def test_backbone_trunks_are_the_backbones_defaults():
         assert layout.trunk_of({"backbone": name, "filters": None}) == name
         assert layout.trunk_of({"backbone": name, "filters": keys["filters"] + 1}) is None
     assert layout.trunk_of({"backbone": "mlp", "filters": None}) is None
+
+
+def test_dry_run_judges_a_finished_run_by_every_key_as_the_suite_does(tmp_path, monkeypatch, capsys):
+    """A finished run is the planned one only if every key of its config is the plan's, those the
+    config leaves to the method's defaults too: a run that differs in ER's ``replay_batch_size``
+    (which quickstart's preset does not state) stops --dry-run with the suite's own line."""
+    from gcl_tf.benchmark import layout, paper
+    from gcl_tf.io import write_json_atomic
+
+    monkeypatch.chdir(REPO)
+    forbid_training(monkeypatch)
+    output = str(tmp_path / "suite")
+    args = ["--benchmarks", "quickstart", "--methods", "er", "--seeds", "1", "--studies", "main", "--output", output,
+            "--dry-run"]
+    (run,) = paper.plan(benchmarks=["quickstart"], methods=["er"], seeds=1, studies=["main"], log=lambda text: None)
+    results = os.path.join(layout.run_dir(output, run.benchmark, run.variant, 0), "results.json")
+    saved = run.config.to_dict()
+    write_json_atomic(results, {"config": saved})
+    assert paper.main(args) == 0
+    assert "1 run: 1 finished, 0 to run" in capsys.readouterr().out.splitlines()
+    saved["method"]["replay_batch_size"] = 5
+    write_json_atomic(results, {"config": saved})
+    line = one_line_error(capsys, lambda: paper.main(args))
+    assert f"{os.path.dirname(results)} holds a finished run with another config (method.replay_batch_size" in line
 
 
 def test_dry_run_lists_the_backbone_runs(monkeypatch, capsys):

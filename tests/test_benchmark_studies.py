@@ -205,14 +205,14 @@ def test_memory_methods_run_one_half_of_the_memory_study(monkeypatch):
     assert {r.method for r in both} == {"er", "gcl"}
     today = paper.plan(benchmarks=["split_cifar10_ocl"], memory_benchmarks=["split_cifar10_ocl"],
                        studies=["memory"], seeds=1, memory_methods=["mir,er_ace"], memory_sizes=["200,500"],
-                       log=lambda text: None, method_keys=False)
-    assert [(r.variant, r.stated.get("memory_size")) for r in today] == [
+                       log=lambda text: None)
+    assert [(r.variant, r.config.method.memory_size) for r in today] == [
         ("er_ace-memory200", 200), ("er_ace", 500), ("mir-memory200", 200), ("mir", 500)]
     allowed = "allowed: gem, er, gcl, derpp, er_ace, mir"
     for name, why in (("finetune", "keeps no memory"), ("onpro", "has no preset there")):
         with pytest.raises(UserError, match=f"--memory-methods: '{name}' {why} .*; {allowed}$"):
             paper.plan(benchmarks=["split_cifar10"], studies=["memory"], seeds=1, memory_methods=[name],
-                       log=lambda text: None, method_keys=False)
+                       log=lambda text: None)
 
 
 def test_the_suites_roles_are_data_naming_registered_methods(tmp_path):

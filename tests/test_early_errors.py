@@ -171,25 +171,24 @@ def test_paper_dry_run_lists_its_plan_without_tensorflow(tmp_path):
     assert sum(line.startswith("split_cifar10 ") and line.endswith(" to run") for line in lines) > 10
 
 
-def test_paper_plans_before_tensorflow_the_runs_it_plans_after(tmp_path):
-    """The memory and graph_lambda studies' main runs are decided by the presets' method keys:
-    before TensorFlow by the keys the configs state (a memory size not stated: the default), with
-    the same plan as with every key resolved."""
+def test_paper_plans_the_studies_main_runs_by_the_presets_resolved_keys(tmp_path):
+    """The memory study's main run is the run at the preset's memory size as a run resolves it: the
+    size the preset states, the one --set gives, or the method's default when the config leaves it
+    out (planning loads no TensorFlow: test_paper_dry_run_lists_its_plan_without_tensorflow)."""
     from gcl_tf.benchmark import paper
+    from gcl_tf.schema import MemoryMethodConfig
 
     (tmp_path / "configs").mkdir()  # ER's preset without a memory size: the default's is its main run
     (tmp_path / "configs" / "tiny.yaml").write_text(open(QUICKSTART).read().replace("      memory_size: 200\n", ""))
-    for selection in (dict(studies=["main,ablation,memory,graph_lambda"], seeds=2, memory_benchmarks=["all"],
-                           graph_lambda_benchmarks=["all"], ablation_benchmarks=["all"]),
-                      dict(benchmarks=["quickstart"], studies=["main,memory"], memory_benchmarks=["all"],
-                           overrides=["method.memory_size=100"]),
-                      dict(config_dir=str(tmp_path / "configs"), benchmarks=["tiny"], methods=["er"],
-                           studies=["main,memory"], memory_benchmarks=["all"], memory_sizes=["200,1000"])):
-        before = paper.plan(log=lambda text: None, method_keys=False, **selection)
-        after = paper.plan(log=lambda text: None, **selection)
-        assert [(r.benchmark, r.variant, r.seed, r.study) for r in before] == \
-               [(r.benchmark, r.variant, r.seed, r.study) for r in after]
-        assert all(r.stated is not None for r in before) and all(r.stated is None for r in after)
+    assert MemoryMethodConfig.memory_size == 1000
+    for selection, expected in (
+            (dict(config_dir=str(tmp_path / "configs"), benchmarks=["tiny"]), [("er", 1000), ("er-memory200", 200)]),
+            (dict(benchmarks=["quickstart"]), [("er", 200), ("er-memory1000", 1000)]),
+            (dict(benchmarks=["quickstart"], overrides=["method.memory_size=1000"]), [("er", 1000),
+                                                                                     ("er-memory200", 200)])):
+        runs = paper.plan(methods=["er"], studies=["main,memory"], memory_benchmarks=["all"], memory_methods=["er"],
+                          memory_sizes=["200,1000"], seeds=1, log=lambda text: None, **selection)
+        assert [(r.variant, r.config.method.memory_size) for r in runs] == expected
 
 
 def test_paper_dry_run_calls_a_tfds_dataset_prepared_only_when_tfds_finished_it(tmp_path):

@@ -61,7 +61,6 @@ class Run:
     config_path: str
     overrides: list = field(default_factory=list)  # everything after the file: preset choice, --set, variant, seed
     config: object = None  # the resolved gcl_tf.config.Config
-    stated: dict = None  # planned before TensorFlow loads: the method keys the config states (else None)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -69,12 +68,11 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
          studies=DEFAULT_STUDIES, overrides=(), memory_sizes=PAPER_MEMORY_SIZES, ablation_benchmarks=None,
          memory_benchmarks=None, backbone_benchmarks=None, backbones=tuple(layout.BACKBONES),
          graph_lambdas=layout.PAPER_GRAPH_LAMBDAS, graph_lambda_benchmarks=None, log=print,
-         method_keys=True, memory_methods=None) -> list[Run]:
+         memory_methods=None) -> list[Run]:
     """Every run of the suite, configs resolved and validated (a bad key stops here, before any
-    training); the same run twice (the memory study at the preset's size, the main run) once.
-    ``method_keys=False``: before TensorFlow loads, without the methods' own keys, each run with
-    those its config states (``Run.stated``; gcl_tf.benchmark.studies.preset_value);
-    ``memory_methods``: the memory study's (default: the paper's ER and GCL; studies.memory_methods)."""
+    training; nothing here loads TensorFlow); the same run twice (the memory study at the preset's
+    size, the main run) once. ``memory_methods``: the memory study's (default: the paper's ER and
+    GCL; studies.memory_methods)."""
     from gcl_tf import config as config_lib
 
     studies, selected, wanted_methods, sizes, trunks, lambdas = selection.selection(
@@ -88,7 +86,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
         path = os.path.join(config_dir, b + ".yaml")
 
         def preset_value(m, key, default=None):
-            return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, method_keys, default)
+            return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, default)
 
         def trunk(m):
             model = config_lib.load_config(path, [f"method.name={m}", *overrides]).to_dict()["model"]
@@ -103,8 +101,7 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
                         continue
                     sets = [f"method.name={method}", *overrides, *variant_overrides, f"seed={seed}"]
                     config = config_lib.load_config(path, sets)
-                    stated = None if method_keys else config_lib.stated_method_keys(config_lib.read_config(path), sets)
-                    seen[(b, variant, seed)] = run = Run(b, variant, method, seed, study, path, sets, config, stated)
+                    seen[(b, variant, seed)] = run = Run(b, variant, method, seed, study, path, sets, config)
                     runs.append(run)
     return runs
 
@@ -261,22 +258,19 @@ def main(argv=None) -> int:
     selection = (args.config_dir, args.benchmarks, args.methods, args.seeds, args.studies, args.overrides,
                  args.memory_sizes, args.ablation_benchmarks, args.memory_benchmarks, args.backbone_benchmarks,
                  args.backbones, args.graph_lambdas, args.graph_lambda_benchmarks)
-    # The arguments, every config (but the methods' own keys), the folder and the data: before
-    # TensorFlow loads; --dry-run needs no more (the method keys as the configs state them).
-    checked = plan(*selection, log=print if args.dry_run else lambda text: None, method_keys=False,
-                   memory_methods=args.memory_methods)
-    if not checked:
+    # The arguments, every config, the folder and the data: before TensorFlow loads; --dry-run
+    # needs no more.
+    runs = plan(*selection, log=print if args.dry_run else lambda text: None, memory_methods=args.memory_methods)
+    if not runs:
         raise UserError("nothing to run: no selected benchmark has a preset for the selected methods and studies")
     if args.dry_run:
         from gcl_tf.benchmark.dry_run import dry_run
-        from gcl_tf.benchmark.status import finished_as_stated
 
-        print("\n".join(dry_run(checked, args.output, finished_as_stated)))
+        print("\n".join(dry_run(runs, args.output, finished)))
         return 0
     output_folder(args.output)
-    check_data(checked)
+    check_data(runs)
     import_tensorflow()  # quietly, before the methods' modules import it
-    runs = plan(*selection, memory_methods=args.memory_methods)
     with exclusive(args.output):  # one suite at a time in DIR (each run also holds its own folder)
         record_invocation(args.output, argv)
         print(f"{len(runs)} run{'s' if len(runs) != 1 else ''} planned into {args.output}", flush=True)

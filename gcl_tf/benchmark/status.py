@@ -1,7 +1,7 @@
 """Whether a planned run of ``python -m gcl_tf.benchmark paper`` is done (``run``: a
 :class:`gcl_tf.benchmark.paper.Run`): :func:`finished` (its folder holds its results, of the same
-config), :func:`resumable` (its checkpoints, of the same config) and, for ``--dry-run`` before
-TensorFlow loads, :func:`finished_as_stated` (the method's keys as far as the config states them)."""
+config) and :func:`resumable` (its checkpoints, of the same config); neither loads TensorFlow, so
+``--dry-run`` answers with them."""
 from __future__ import annotations
 
 import json
@@ -44,42 +44,6 @@ def finished(run, folder: str) -> bool:
     recorded = read_json(os.path.join(folder, RESULTS)).get(KEY)  # its data by content: the path may differ
     neutral = RESULT_NEUTRAL_KEYS + moved_data(saved, run.config, recorded)
     return _same(folder, config_lib.saved_as_today(saved), run.config.to_dict(), neutral)  # a key added since: default
-
-
-def finished_as_stated(run, folder: str) -> bool:
-    """:func:`finished` for a run planned before TensorFlow loads (``run.stated``: the method keys
-    its config states): the run's sections compared as :func:`finished` does, the method's keys
-    those the config states that the saved run has (each read as the saved value's type: 1 as
-    1.0); the others are compared when the suite runs."""
-    from gcl_tf import config as config_lib
-
-    saved = _saved_config(folder)
-    if saved is None:
-        return False
-    try:
-        today = config_lib.resolve(saved).to_dict()  # a key added since: its default
-    except UserError:
-        today = dict(saved)
-    method = saved.get("method") if isinstance(saved.get("method"), dict) else {}
-    keys = [key for key in ("name", *run.stated) if key in method]
-    today["method"] = {key: method[key] for key in keys}
-    planned = run.config.to_dict()
-    stated = {"name": run.config.method.name, **run.stated}
-    planned["method"] = {key: _like(stated.get(key), method[key]) for key in keys}
-    from gcl_tf.data.fingerprint import KEY, moved_data
-
-    recorded = read_json(os.path.join(folder, RESULTS)).get(KEY)
-    return _same(folder, today, planned, RESULT_NEUTRAL_KEYS + moved_data(saved, run.config, recorded))
-
-
-def _like(value, saved):
-    """A stated value read as the type of the saved one (YAML's 1 or '1e-3' for a float key)."""
-    if isinstance(saved, float) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return value
-    return value
 
 
 def resumable(run, folder: str) -> bool:

@@ -28,15 +28,12 @@ from gcl_tf.schema import MemoryMethodConfig
 MEMORY_DEFAULT = MemoryMethodConfig.memory_size  # every memory method's, declared once
 
 
-def preset_value(path: str, sets, key: str, method_keys: bool = True, default=None):
+def preset_value(path: str, sets, key: str, default=None):
     """The method key ``key`` of the config ``path`` with ``sets`` (its ``--set``, the method's
-    name first): resolved (``method_keys``, once TensorFlow is loaded), else as the file, its
-    preset and ``sets`` state it (``default`` when they do not): what decides a study's main run."""
+    name first), resolved (``default`` for a method without the key): what decides a study's main run."""
     from gcl_tf import config as config_lib
 
-    if method_keys:
-        return getattr(config_lib.load_config(path, list(sets)).method, key)
-    return config_lib.stated_method_keys(config_lib.read_config(path), list(sets)).get(key, default)
+    return getattr(config_lib.load_config(path, list(sets)).method, key, default)
 
 
 def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
