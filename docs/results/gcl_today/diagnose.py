@@ -122,6 +122,7 @@ VARIANTS["todays"] = []  # the today's GCL preset as configs/split_cifar10_ocl.y
 VARIANTS["todays_gl0"] = ["method.graph_lambda=0"]  # it with the advice of its warning on the tiny stream
 VARIANTS["todays_vote"] = ["method.vote_lambda=1.0"]  # rule 13: the graph trained to carry the label itself
 VARIANTS["todays_vote_present"] = ["method.vote_lambda=1.0", "method.vote_targets=present"]  # rule 14: ACE's asymmetry
+VARIANTS["todays_vote_ncm"] = ["method.vote_lambda=1.0", "method.test_prediction=ncm"]  # rule 15's pair, read by its LA
 #: rule 12: the published re-runs' settings that issue 70's stage 1 tries on the baselines, on the preset
 #: (docs/reproducing/rerun_settings.md; the values of rerun_switches.py's ER switches)
 VARIANTS.update({"todays_mkd_ocl": ["train.learning_rate=0.0005"],
@@ -132,7 +133,8 @@ VARIANTS.update({f"{name}_seed{seed}": [*VARIANTS[name], f"seed={seed}"] for see
                  for name in ("todays", "todays_vote")})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
-                "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10"]
+                "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
+                "todays_vote", "todays_vote_present", "todays_vote_ncm"]
 TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
 
 
