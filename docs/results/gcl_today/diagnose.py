@@ -165,7 +165,7 @@ def run(study: str, only: list[str] | None) -> None:
     names = only or {"first_task": first_task, "short_stream": SHORT_STREAM, "three_tasks": THREE_TASKS,
                      "tiny_stream": ["todays", "er", "todays_gl0"],
                      "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_seed1", "todays_vote_seed1",
-                                    "todays_seed2", "todays_vote_seed2", "todays_mkd_ocl", "todays_ccl_dc",
+                                    "todays_seed2", "todays_mkd_ocl", "todays_ccl_dc",
                                     "todays_torch_init"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
