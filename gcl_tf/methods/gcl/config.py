@@ -18,7 +18,7 @@ class Config(MemoryMethodConfig):
     context_lambda: float = field(default=1.0, metadata=value_range(0.0))
     # Weight of the graph regulariser (paper: 50 on SVHN/CIFAR/MiniImageNet, 5000 Rotated MNIST).
     graph_lambda: float = field(default=50.0, metadata=value_range(0.0))
-    # Weight of the vote's loss (our extension, docs/gcl_today.md rule 13): the cross-entropy of the
+    # Weight of the vote's loss (our extension, docs/gcl/todays_rules.md rule 13): the cross-entropy of the
     # memory's label vote along the expected graph, for each valid context (the other contexts' vote)
     # and each incoming image, added as vote_lambda * (its targets' mean + its contexts' mean): the
     # graph is trained to carry the label itself, not only through the head. 0: the paper.
@@ -75,8 +75,8 @@ class Config(MemoryMethodConfig):
     # output head on the memory's values aggregated along test_graph_samples sampled test graphs;
     # vote (our extension): the memory's labels weighted by the expected test graph, p(y | x) =
     # sum_j sigmoid(E_xj) [y_j = y] / sum_j sigmoid(E_xj) (a kernel-weighted nearest-neighbour
-    # vote over the memory; no head, no sampling); head_vote (our extension, docs/gcl_today.md rule
-    # 10): the two log-probabilities summed; ncm (our extension, rule 11): the nearest of the
+    # vote over the memory; no head, no sampling); head_vote (our extension, docs/gcl/todays_rules.md
+    # rule 10): the two log-probabilities summed; ncm (our extension, rule 11): the nearest of the
     # memory's class means of the L2-normalised ReLU(l), what the own head reads (SCR's classifier;
     # no graph, no sampling). Test time only: training is unchanged.
     test_prediction: Literal["head", "vote", "head_vote", "ncm"] = "head"
