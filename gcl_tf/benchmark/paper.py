@@ -85,8 +85,8 @@ def plan(config_dir: str = "configs", benchmarks=None, methods=None, seeds: int 
     for b in selected:
         path = os.path.join(config_dir, b + ".yaml")
 
-        def preset_value(m, key, default=None):
-            return study_runs.preset_value(path, [f"method.name={m}", *overrides], key, default)
+        def preset_value(m, key):
+            return study_runs.preset_value(path, [f"method.name={m}", *overrides], key)
 
         def trunk(m):
             model = config_lib.load_config(path, [f"method.name={m}", *overrides]).to_dict()["model"]
@@ -121,7 +121,7 @@ def _benchmark_runs(b, path, studies, study_benchmarks, wanted_methods, sizes, t
         planned["ablation"] = study_runs.ablation(path, presets)
     if b in study_benchmarks["memory"]:
         planned["memory"] = study_runs.memory(
-            path, presets, sizes, lambda m: preset_value(m, "memory_size", study_runs.MEMORY_DEFAULT), memory_methods)
+            path, presets, sizes, lambda m: preset_value(m, "memory_size"), memory_methods)
     if b in study_benchmarks["backbone"]:
         planned["backbone"] = study_runs.backbone(main, trunks, trunk)
     if b in study_benchmarks["graph_lambda"]:

@@ -25,15 +25,13 @@ from gcl_tf.benchmark import layout, roles
 from gcl_tf.errors import UserError
 from gcl_tf.schema import MemoryMethodConfig
 
-MEMORY_DEFAULT = MemoryMethodConfig.memory_size  # every memory method's, declared once
 
-
-def preset_value(path: str, sets, key: str, default=None):
+def preset_value(path: str, sets, key: str):
     """The method key ``key`` of the config ``path`` with ``sets`` (its ``--set``, the method's
-    name first), resolved (``default`` for a method without the key): what decides a study's main run."""
+    name first), resolved (a key the config leaves out: its default): what decides a study's main run."""
     from gcl_tf import config as config_lib
 
-    return getattr(config_lib.load_config(path, list(sets)).method, key, default)
+    return getattr(config_lib.load_config(path, list(sets)).method, key)
 
 
 def ablation(path: str, presets) -> list[tuple[str, str, list[str]]]:
@@ -69,7 +67,7 @@ def memory_methods(path: str, presets, methods=()) -> list[str]:
 
 def memory(path: str, presets, sizes, preset_size, methods=()) -> list[tuple[str, str, list[str]]]:
     """The memory study's methods (:func:`memory_methods`) at each of ``sizes``;
-    ``preset_size(method)``: the preset's memory size (None: unknown, every size a variant)."""
+    ``preset_size(method)``: the preset's memory size, whose run is the main run."""
     out = []
     for method in memory_methods(path, presets, methods):
         if method not in presets:
@@ -98,8 +96,8 @@ def backbone(methods, trunks, preset_trunk) -> list[tuple[str, str, list[str]]]:
 
 
 def graph_lambda(path: str, presets, values, preset_value) -> list[tuple[str, str, list[str]]]:
-    """The lead method at each of ``values``; ``preset_value()``: its preset's graph_lambda (None:
-    unknown, every value but 0 a variant)."""
+    """The lead method at each of ``values``; ``preset_value()``: its preset's graph_lambda, whose
+    run is the main run."""
     lead = roles.LEAD
     if lead not in presets:
         raise UserError(f"{path}: the graph_lambda study needs a {lead} preset")
@@ -107,7 +105,7 @@ def graph_lambda(path: str, presets, values, preset_value) -> list[tuple[str, st
     no_reg = next(overrides for variant, _, overrides in roles.ABLATIONS if variant == roles.NO_GRAPH_REG)
     out = []
     for value in values:
-        if own is not None and float(value) == float(own):
+        if float(value) == float(own):
             out.append((lead, lead, []))
         elif float(value) == 0.0:
             out.append((roles.NO_GRAPH_REG, lead, list(no_reg)))

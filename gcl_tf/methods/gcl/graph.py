@@ -222,20 +222,24 @@ def replica_noise_rows(k: int, per_view: int, views: int, replicas, replica):
     return tf.concat([tf.range(k), targets], axis=0)
 
 
+def without_self_edges(graph):
+    """``graph`` [k + T, k] (contexts first) with each context's edge to itself set to 0."""
+    return tf.linalg.set_diag(graph, tf.zeros([graph.shape[1]], graph.dtype))
+
+
 def sampled_graph(log_k, noise, inverse_temperature):
     """Edge logits E = logit(k) and the raw training graph sigmoid((E + L) inverse_temperature)
     with the contexts' self-edges removed, from log k [k + T, k] (contexts first), the logistic
     noise L and the per-row inverse temperatures [k + T, 1]: ``(E, graph)``, both [k + T, k]."""
     logits = logit_of_exp(log_k)
-    graph = tf.sigmoid((logits + noise) * inverse_temperature)
-    return logits, tf.linalg.set_diag(graph, tf.zeros([log_k.shape[1]]))
+    return logits, without_self_edges(tf.sigmoid((logits + noise) * inverse_temperature))
 
 
 def expected_graph(log_k):
     """``(E, sigmoid(E))`` with the contexts' self-edges removed: :func:`sampled_graph`'s
     deterministic counterpart (``stochastic_graphs: false``)."""
     logits = logit_of_exp(log_k)
-    return logits, tf.linalg.set_diag(tf.sigmoid(logits), tf.zeros([log_k.shape[1]]))
+    return logits, without_self_edges(tf.sigmoid(logits))
 
 
 def vote_cross_entropy(logits_e, context_labels, row_labels, class_mask=None):
@@ -248,8 +252,7 @@ def vote_cross_entropy(logits_e, context_labels, row_labels, class_mask=None):
     embeddings so that an image's edges weigh the memory's images of its class (the vote's
     log-likelihood, :func:`label_vote_logits`; ``vote_lambda``). ``class_mask`` [k + T, K] bool: the
     classes each row's vote is among (None: every class; ``vote_targets: present``)."""
-    graph = tf.linalg.set_diag(tf.sigmoid(logits_e), tf.zeros([logits_e.shape[1]]))
-    logits = label_vote_logits(graph, context_labels)
+    logits = label_vote_logits(without_self_edges(tf.sigmoid(logits_e)), context_labels)
     if class_mask is not None:
         logits = tf.where(class_mask, logits, MASKED_LOGIT)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(row_labels, tf.int32), logits=logits)
