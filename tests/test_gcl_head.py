@@ -25,6 +25,11 @@ def test_the_task_end_check_and_evaluation_log_no_tensorflow_warning(monkeypatch
     from gcl_tf.methods.gcl.prediction import map_parallel_iterations
 
     monkeypatch.setattr(tf_logging, "_log_counter_per_token", {})  # TF logs it once per process
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    # TF counts retracing per Python function over the process: the other tests' models count too.
+    monkeypatch.setattr(polymorphic_function, "_frequent_tracing_detector_manager",
+                        polymorphic_function._FrequentTracingDetectorManager())
     records = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = records.append
