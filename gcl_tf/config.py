@@ -68,6 +68,12 @@ class TrainConfig:
     learning_rate: float = field(default=0.1, metadata=value_range(0.0, lo_open=True))
     # adamw's decoupled weight decay (CCL-DC: 1e-4); only adamw takes one other than 0.
     weight_decay: float = field(default=0.0, metadata=value_range(0.0, 1.0, hi_open=True))
+    # Evaluate with an exponential moving average of the weights (Polyak averaging; keras.optimizers'
+    # use_ema with this ema_momentum): every step the optimizer also updates avg = m avg + (1 - m) w,
+    # and every evaluation and prediction reads the averages, while the learner goes on learning
+    # from its own weights (MKD's teacher, ICML 2024; Soutif-Cormerais et al. 2023's temporal
+    # ensemble). BatchNorm's moving statistics are the learner's. null: no average (the paper).
+    ema_momentum: Optional[float] = field(default=None, metadata=value_range(0.0, 1.0, lo_open=True, hi_open=True))
     # Compile the training step with XLA: true, false, or auto (by device type: off on CPU, where
     # XLA measured slower; on on a GPU; gcl_tf/devices.py, docs/gpu.md).
     jit_compile: Union[bool, Literal["auto"]] = "auto"

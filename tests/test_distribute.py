@@ -33,23 +33,25 @@ MIRRORED = textwrap.dedent("""\
     from gcl_tf.train import run
     config_path, out = sys.argv[1], sys.argv[2]
     report = {}
-    for method in sys.argv[3].split(","):
+    for run_name in sys.argv[3].split(","):
+        method, _, averaged = run_name.partition("+")  # er+ema: with the weights' average (train.ema_momentum)
         small = [f"method.{k}={v}" for k, v in methods.method_class(method).test_settings.items()
                  if method != "gcl" or k != "memory_size"]  # (GCL's: the preset's)
+        small += ["train.ema_momentum=0.5"] if averaged else []
         if method == "gcl":  # with its extensions: the head's own term, the loss over the global batch's classes
             small += ["method.own_latent=true", "method.target_loss=present"]
         for mode in ("none", "mirrored"):
             config = config_lib.load_config(config_path, [f"method.name={method}", f"train.distribute={mode}",
                                                           "train.devices=[/cpu:0, /cpu:1]", *small])
-            result = run(config, output_dir=os.path.join(out, method, mode), overwrite=True, verbose=0)
-            report[f"{method}/{mode}"] = result["accuracy_matrix"]
-            report[f"{method}/{mode}/steps"] = result["train_steps"]
+            result = run(config, output_dir=os.path.join(out, run_name, mode), overwrite=True, verbose=0)
+            report[f"{run_name}/{mode}"] = result["accuracy_matrix"]
+            report[f"{run_name}/{mode}/steps"] = result["train_steps"]
             # every variable at the end (weights, optimizer, memory), from the final checkpoint
-            folder = os.path.join(out, method, mode, "checkpoints")
+            folder = os.path.join(out, run_name, mode, "checkpoints")
             reader = tf.train.load_checkpoint(folder)
             state = {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(folder)
                      if n.startswith(("model/", "optimizer/"))}
-            np.savez(os.path.join(out, method, mode, "state.npz"), **state)
+            np.savez(os.path.join(out, run_name, mode, "state.npz"), **state)
     print("REPORT " + json.dumps(report))
 """)
 
@@ -75,6 +77,7 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
 
     names = methods.distributed_names()  # every method that runs distributed: a new one too
     assert {"finetune", "er", "gcl", "derpp", "er_ace"} <= set(names)
+    names.append("er+ema")  # evaluated with the weights' averages, swapped in on every replica
 
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)
@@ -93,6 +96,8 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
         assert sorted(a.files) == sorted(b.files) and len(a.files) > 5
         memory = [n for n in a.files if "memory" in n]
         assert method != "gcl" or any("edge_logits" in n for n in memory)
+        if method == "er+ema":  # the optimizer's averages (one per weight) are compared too
+            assert len(a.files) > len(np.load(tmp_path / "runs" / "er" / "none" / "state.npz").files)
         assert method != "derpp" or any("memory/logits" in n for n in memory)  # the stored logits agree too
         for name in a.files:  # weights, optimizer slots, memory, counters
             got, want = b[name], a[name]

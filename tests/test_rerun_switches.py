@@ -36,7 +36,7 @@ def apply_once(optimizer, weights, gradient):
 
 
 def test_adamw_decays_every_weight_by_learning_rate_times_weight_decay():
-    from gcl_tf.methods.base import make_optimizer
+    from gcl_tf.optimizers import make_optimizer
 
     weights = [1.0, -2.0, 0.5]
     adamw = TrainConfig(optimizer="adamw", learning_rate=0.01, weight_decay=0.1)

@@ -50,22 +50,12 @@ from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
 from gcl_tf.methods.hooks import Hooks
+from gcl_tf.optimizers import averaging_optimizer, keeping_learned_weights, make_optimizer, swap_averages
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
 from gcl_tf.schema import MethodConfig, build_dataclass, did_you_mean
 
 NEG_INF = -1e9
-
-
-def make_optimizer(train_config) -> keras.optimizers.Optimizer:
-    if train_config.optimizer == "sgd":
-        return keras.optimizers.SGD(learning_rate=train_config.learning_rate)
-    if train_config.optimizer == "adam":
-        return keras.optimizers.Adam(learning_rate=train_config.learning_rate)
-    if train_config.optimizer == "adamw":  # decoupled: w -= learning_rate * weight_decay * w, as torch's AdamW
-        return keras.optimizers.AdamW(learning_rate=train_config.learning_rate,
-                                      weight_decay=train_config.weight_decay)
-    raise ValueError(f"unknown optimizer {train_config.optimizer!r}")
 
 
 def infer_input_shape(input_shape, backbone, method: str) -> tuple:
@@ -217,9 +207,12 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         training step, no restore in between): a method may then compute what depends only on
         them once, at the first test batch, and reuse it (GCL: the memory's embeddings). Outside
         a scope every prediction computes everything afresh. Scopes nest: only the outermost
-        one calls the hooks."""
+        one calls the hooks. With an optimizer that averages the weights (``train.ema_momentum``)
+        the scope predicts with the averages and gives the learned weights back at its end."""
+        averaging = averaging_optimizer(getattr(self, "optimizer", None))
         self._evaluation_depth += 1
         if self._evaluation_depth == 1:
+            swap_averages(averaging)
             self.on_evaluation_begin()
         try:
             yield self
@@ -227,6 +220,7 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
             self._evaluation_depth -= 1
             if self._evaluation_depth == 0:
                 self.on_evaluation_end()
+                swap_averages(averaging)
 
     @contextlib.contextmanager
     def evaluation_variant(self, changes: dict):
@@ -260,7 +254,8 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         callbacks = list(callbacks or [])
         if not any(isinstance(c, TaskBoundary) for c in callbacks):
             callbacks.insert(0, TaskBoundary(int(self.next_task.numpy()), x))
-        return super().fit(x, callbacks=callbacks, shuffle=shuffle, **kwargs)
+        with keeping_learned_weights(averaging_optimizer(self.optimizer)):  # the next task learns on from them
+            return super().fit(x, callbacks=callbacks, shuffle=shuffle, **kwargs)
 
     def training_stream(self, x, y=None, batch_size=None):
         """``x`` (and ``y``) as a dataset of batches of one static size (see :meth:`fit`)."""
@@ -289,6 +284,11 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         self.prepare_evaluation(x)
         with self.evaluation_scope():
             return super().evaluate(x, y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        """``keras.Model.predict`` inside an :meth:`evaluation_scope`: class probabilities [N, K]."""
+        with self.evaluation_scope():
+            return super().predict(x, *args, **kwargs)
 
     def prepare_evaluation(self, x) -> None:
         """Before an evaluation of ``x``: set ``eval_batch_size`` from its first batch if unset."""

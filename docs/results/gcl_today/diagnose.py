@@ -91,6 +91,7 @@ VARIANTS = {  # in the order they run
     "median": [SWITCHES["median"]],
     "normalized": [SWITCHES["normalized"]],
 }
+FIRST_TASK = list(VARIANTS)  # the first task's runs (the variants below are other studies')
 #: The levers (docs/gcl_today.md, "The levers"): each on the library's defaults with contexts drawn
 #: as a replay batch of 64 (the step of ER's cost); the vote read beside the head in every run.
 REPLAY_CONTEXTS = ["method.edge_memory=embeddings", "method.context_batch=64", "method.also_test_predictions=[vote]"]
@@ -132,6 +133,11 @@ VARIANTS.update({"todays_mkd_ocl": ["train.learning_rate=0.0005"],
 #: seed 2 was not run: seed 1 decided the rule)
 VARIANTS.update({f"{name}_seed{seed}": [*VARIANTS[name], f"seed={seed}"] for seed in (1, 2)
                  for name in ("todays", "todays_vote")})
+#: rule 17: evaluating the weights' moving average (train.ema_momentum), on the preset's three validation seeds, and on
+#: ER's preset beside it (seed 0)
+VARIANTS["todays_ema"] = ["train.ema_momentum=0.99"]
+VARIANTS.update({f"todays_ema_seed{seed}": ["train.ema_momentum=0.99", f"seed={seed}"] for seed in (1, 2)})
+VARIANTS["er_ema"] = ["method.name=er", "train.ema_momentum=0.99"]
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
@@ -140,7 +146,7 @@ TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fracti
 
 
 def command(study: str, variant: str) -> list[str]:
-    paper = [] if variant == "er" or variant.startswith("todays") else PAPER  # ER its own preset, todays GCL's
+    paper = [] if variant.startswith(("er", "todays")) else PAPER  # ER its own preset, todays GCL's
     sets = [a for value in [*paper, *VARIANTS[variant]] for a in ("--set", value)]
     return [sys.executable, "-m", "gcl_tf.train", *BASE, *STUDIES[study], *sets,
             "--output", os.path.join(HERE, study, variant)]
@@ -162,12 +168,11 @@ def read_steps(folder: str) -> dict:
 
 
 def run(study: str, only: list[str] | None) -> None:
-    first_task = [v for v in VARIANTS if v not in LEVERS and v != "todays_gl0"]
-    names = only or {"first_task": first_task, "short_stream": SHORT_STREAM, "three_tasks": THREE_TASKS,
+    names = only or {"first_task": FIRST_TASK, "short_stream": SHORT_STREAM, "three_tasks": THREE_TASKS,
                      "tiny_stream": ["todays", "er", "todays_gl0"],
                      "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_seed1", "todays_vote_seed1",
-                                    "todays_seed2", "todays_mkd_ocl", "todays_ccl_dc",
-                                    "todays_torch_init"]}[study]
+                                    "todays_seed2", "todays_mkd_ocl", "todays_ccl_dc", "todays_torch_init",
+                                    "todays_ema", "er_ema", "todays_ema_seed1", "todays_ema_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):

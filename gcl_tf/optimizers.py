@@ -1,0 +1,69 @@
+"""The optimizer of a run's ``train`` section (:func:`make_optimizer`), and the weights' moving average
+(``train.ema_momentum``, Keras's ``use_ema``) as a continual learner reads it.
+
+A Keras optimizer built with ``use_ema=True`` keeps ``avg = m avg + (1 - m) w`` of every trainable
+weight, updated in its own ``apply``, and ``keras.Model.fit`` overwrites the weights with the
+averages when it returns. A continual learner fits once per task and must go on learning from its
+own weights, as the methods that evaluate an average do (MKD's teacher, a temporal ensemble): so
+here ``fit`` keeps the learned weights (:func:`keeping_learned_weights`) and the averages are
+swapped in only for an evaluation span (:func:`swap_averages`, from
+:meth:`~gcl_tf.methods.base.ContinualModel.evaluation_scope`), then swapped back.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import keras
+import tensorflow as tf
+
+
+def make_optimizer(train_config) -> keras.optimizers.Optimizer:
+    common = {"learning_rate": train_config.learning_rate}
+    if train_config.ema_momentum is not None:  # the weights' moving average, read by evaluations
+        common.update(use_ema=True, ema_momentum=train_config.ema_momentum)
+    if train_config.optimizer == "sgd":
+        return keras.optimizers.SGD(**common)
+    if train_config.optimizer == "adam":
+        return keras.optimizers.Adam(**common)
+    if train_config.optimizer == "adamw":  # decoupled: w -= learning_rate * weight_decay * w, as torch's AdamW
+        return keras.optimizers.AdamW(weight_decay=train_config.weight_decay, **common)
+    raise ValueError(f"unknown optimizer {train_config.optimizer!r}")
+
+
+def averaging_optimizer(optimizer):
+    """The optimizer that keeps the averages (the inner one of a LossScaleOptimizer), or None
+    when there is none or it keeps no average."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    if optimizer is None or not getattr(optimizer, "use_ema", False):
+        return None
+    return optimizer
+
+
+def swap_averages(optimizer) -> None:
+    """Exchange each trainable weight with its average (in place: calling it twice restores both);
+    ``optimizer``: as :func:`averaging_optimizer` gives it (None: nothing to swap). In a strategy's
+    cross-replica context each assignment reaches every replica's copy."""
+    if optimizer is None:
+        return
+    for weight, average in zip(optimizer._trainable_variables, optimizer._model_variables_moving_average):
+        if average is None:
+            continue
+        learned = tf.identity(weight.value)
+        weight.assign(average.value)
+        average.assign(learned)
+
+
+@contextlib.contextmanager
+def keeping_learned_weights(optimizer):
+    """Within it, the end of ``keras.Model.fit`` leaves the learned weights in place (Keras would
+    overwrite them with the averages: ``finalize_variable_values``); ``optimizer``: as
+    :func:`averaging_optimizer` gives it (None: nothing to keep)."""
+    if optimizer is None:
+        yield
+        return
+    optimizer.finalize_variable_values = lambda var_list: None  # the instance's, over the class's
+    try:
+        yield
+    finally:
+        del optimizer.finalize_variable_values

@@ -1,0 +1,110 @@
+"""The weights' moving average (train.ema_momentum, Keras's use_ema): the learner learns on from its
+own weights across tasks, evaluations and predictions read the averages and give the learned
+weights back, a checkpoint carries the averages, and a bad momentum is one line."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+from faults_harness import cli_error
+from test_api import digits, user_backbone
+from test_rerun_switches import TODAY, one_line_error
+
+import gcl_tf
+from gcl_tf.config import TrainConfig, load_config
+
+
+def averaging_er(momentum=0.9, seed=0):
+    import keras
+
+    from gcl_tf.optimizers import make_optimizer
+
+    keras.utils.set_random_seed(seed)
+    model = gcl_tf.ER(backbone=user_backbone(), num_classes=10, memory_size=50, replay_batch_size=10, seed=seed)
+    model.compile(optimizer=make_optimizer(TrainConfig(optimizer="adam", learning_rate=0.01, ema_momentum=momentum)))
+    return model
+
+
+def fit_task(model, task: int, n: int = 200):
+    import tensorflow as tf
+
+    images, labels = digits(task, n)
+    model.fit(tf.data.Dataset.from_tensor_slices((images, labels)).batch(10), verbose=0)
+    return images, labels
+
+
+def values(variables):
+    return [np.array(v.numpy()) for v in variables]
+
+
+def test_the_learner_learns_on_from_its_own_weights_and_evaluates_with_the_averages():
+    """After a task (a fit) the weights are the learned ones, not Keras's overwrite with the
+    averages; inside an evaluation span they are the averages; after it, the learned ones again,
+    to the bit; and evaluate/predict answer as a model holding the averages does."""
+    import tensorflow as tf
+
+    model = averaging_er()
+    images, labels = fit_task(model, 0)
+    averages = values(model.optimizer._model_variables_moving_average)
+    learned = values(model.trainable_variables)
+    # averages of a moving model differ from its last weights (momentum 0.9 over 20 steps)
+    assert max(np.abs(a - w).max() for a, w in zip(averages, learned)) > 1e-4
+    with model.evaluation_scope():
+        for inside, average in zip(values(model.trainable_variables), averages):
+            np.testing.assert_array_equal(inside, average)
+        by_average = model.predict(images, verbose=0)
+    for after, weight in zip(values(model.trainable_variables), learned):
+        np.testing.assert_array_equal(after, weight)
+    np.testing.assert_array_equal(model.predict(images, verbose=0), by_average)  # predict reads the averages
+    accuracy = model.evaluate(tf.data.Dataset.from_tensor_slices((images, labels)).batch(50), verbose=0,
+                              return_dict=True)["accuracy"]
+    assert accuracy == pytest.approx(float(np.mean(np.argmax(by_average, axis=1) == labels)), abs=1e-6)
+    for after, weight in zip(values(model.trainable_variables), learned):
+        np.testing.assert_array_equal(after, weight)
+    # the next task starts from the learned weights: its first step moves them, not the averages
+    fit_task(model, 1, n=10)
+    assert max(np.abs(a - w).max() for a, w in zip(values(model.trainable_variables), averages)) > 1e-4
+
+
+def test_the_averages_follow_the_momentum():
+    """avg = m avg + (1 - m) w after every step (the first step's average is its weights)."""
+    import tensorflow as tf
+
+    model = averaging_er(momentum=0.5)
+    images, labels = digits(0, 30)
+    batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(10)
+    model.fit(batches.take(1), verbose=0)  # one step: the memory was empty, nothing learned, the weights copied
+    expected = values(model.trainable_variables)
+    for batch in batches.skip(1):
+        model.fit(tf.data.Dataset.from_tensors(batch), verbose=0)
+        expected = [0.5 * a + 0.5 * w for a, w in zip(expected, values(model.trainable_variables))]
+    for average, want in zip(values(model.optimizer._model_variables_moving_average), expected):
+        np.testing.assert_allclose(average, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_checkpoint_carries_the_averages(tmp_path):
+    import tensorflow as tf
+
+    model = averaging_er()
+    fit_task(model, 0, n=60)
+    saved = values(model.optimizer._model_variables_moving_average)
+    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(str(tmp_path / "ckpt"))
+    fresh = averaging_er(seed=1)
+    assert max(np.abs(a - b).max() for a, b in zip(values(fresh.optimizer._model_variables_moving_average),
+                                                   saved)) > 1e-4
+    tf.train.Checkpoint(model=fresh, optimizer=fresh.optimizer).read(path).assert_existing_objects_matched()
+    for restored, want in zip(values(fresh.optimizer._model_variables_moving_average), saved):
+        np.testing.assert_array_equal(restored, want)
+
+
+def test_the_momentum_is_validated_in_one_line(capsys):
+    from gcl_tf import train
+
+    assert load_config(TODAY, ["method.name=er", "train.ema_momentum=0.99"]).train.ema_momentum == 0.99
+    assert load_config(TODAY, ["method.name=er"]).train.ema_momentum is None
+    assert "allowed: (0, 1)" in one_line_error(["method.name=er", "train.ema_momentum=1"])
+    line = cli_error(train.main, ["--config", TODAY, "--set", "train.ema_momentum=1.5"], capsys)
+    assert line.startswith("error: train.ema_momentum: ") and line.endswith("allowed: (0, 1)")
