@@ -169,6 +169,8 @@ def export(run_dir: str, out: str, overwrite: bool = False, allow_unfinished: bo
     then renamed: an interrupted export leaves no half-written ``out``). Returns the metadata."""
     import tensorflow as tf
 
+    from gcl_tf.optimizers import averages_in_place, averaging_optimizer
+
     out = os.path.abspath(out)
     check_out(out, overwrite, run_dir)
     model, info, run = load_run(run_dir, allow_unfinished)
@@ -190,7 +192,8 @@ def export(run_dir: str, out: str, overwrite: bool = False, allow_unfinished: bo
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".", suffix=".tmp", dir=parent)
     try:
-        tf.saved_model.save(module, staging, signatures={SIGNATURE: module.serve})
+        with averages_in_place(averaging_optimizer(model.optimizer)):  # serve what the run evaluated
+            tf.saved_model.save(module, staging, signatures={SIGNATURE: module.serve})
         write_json_atomic(os.path.join(staging, METADATA), metadata)
         if os.path.exists(out):
             old = staging + ".old"

@@ -67,3 +67,14 @@ def keeping_learned_weights(optimizer):
         yield
     finally:
         del optimizer.finalize_variable_values
+
+
+@contextlib.contextmanager
+def averages_in_place(optimizer):
+    """Within it the weights hold their averages (``optimizer``: as :func:`averaging_optimizer`
+    gives it; None: the weights as they are); the learned weights come back at its end."""
+    swap_averages(optimizer)
+    try:
+        yield
+    finally:
+        swap_averages(optimizer)

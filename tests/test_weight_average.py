@@ -108,3 +108,29 @@ def test_the_momentum_is_validated_in_one_line(capsys):
     assert "allowed: (0, 1)" in one_line_error(["method.name=er", "train.ema_momentum=1"])
     line = cli_error(train.main, ["--config", TODAY, "--set", "train.ema_momentum=1.5"], capsys)
     assert line.startswith("error: train.ema_momentum: ") and line.endswith("allowed: (0, 1)")
+
+
+def test_an_averaged_run_exports_its_averages(tmp_path):
+    """A run with train.ema_momentum: the checkpoint it leaves restores its averages
+    (export.load_run), and the SavedModel serves them, what the run evaluated, not the learned
+    weights."""
+    import tensorflow as tf
+
+    from gcl_tf import export
+    from gcl_tf.train import run
+
+    from helpers import digits_config
+
+    config = digits_config({"name": "er", "memory_size": 50})
+    config.train.ema_momentum = 0.9
+    result = run(config, output_dir=str(tmp_path / "run"), verbose=0)
+    model, _, _ = export.load_run(str(tmp_path / "run"))
+    images = digits(0, 40)[0].astype(np.float32) / 255.0
+    learned = model.predict_on_batch(images)  # outside an evaluation: the learned weights
+    averaged = model.predict(images, verbose=0)
+    assert np.abs(learned - averaged).max() > 1e-3
+    export.export(str(tmp_path / "run"), str(tmp_path / "exported"))
+    serve = tf.saved_model.load(str(tmp_path / "exported")).signatures[export.SIGNATURE]
+    served = serve(images=tf.constant(images), seed=tf.constant(0, tf.int64))["probabilities"].numpy()
+    np.testing.assert_allclose(served, averaged, atol=1e-5)
+    assert result["accuracy_matrix"][-1][-1] > 20  # it learned: the averages are of a moving model
