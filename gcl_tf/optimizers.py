@@ -78,3 +78,20 @@ def averages_in_place(optimizer):
         yield
     finally:
         swap_averages(optimizer)
+
+
+def average_of(optimizer, variable):
+    """The moving average ``optimizer`` keeps of the trainable ``variable``."""
+    for weight, average in zip(optimizer._trainable_variables, optimizer._model_variables_moving_average):
+        if weight is variable:
+            return average
+    raise ValueError(f"{variable.path} is not among the weights the optimizer averages")
+
+
+def averaged_call(layer, optimizer, *args, **kwargs):
+    """``layer(*args, **kwargs)`` computed with the averages of its trainable weights in their place
+    (Keras's ``stateless_call``: nothing is assigned, BatchNorm's statistic updates are dropped), with
+    no gradient: what the weights' moving average answers, inside the compiled step."""
+    trainable = [average_of(optimizer, v).value for v in layer.trainable_variables]
+    outputs, _ = layer.stateless_call(trainable, [v.value for v in layer.non_trainable_variables], *args, **kwargs)
+    return tf.nest.map_structure(tf.stop_gradient, outputs)

@@ -138,6 +138,9 @@ VARIANTS.update({f"{name}_seed{seed}": [*VARIANTS[name], f"seed={seed}"] for see
 VARIANTS["todays_ema"] = ["train.ema_momentum=0.99"]
 VARIANTS.update({f"todays_ema_seed{seed}": ["train.ema_momentum=0.99", f"seed={seed}"] for seed in (1, 2)})
 VARIANTS["er_ema"] = ["method.name=er", "train.ema_momentum=0.99"]
+#: rule 18: the regulariser held to the weights' average (a momentum teacher) instead of the stored edges
+VARIANTS["todays_teacher"] = ["train.ema_momentum=0.99", "method.graph_target=average"]
+VARIANTS.update({f"todays_teacher_seed{seed}": [*VARIANTS["todays_teacher"], f"seed={seed}"] for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",

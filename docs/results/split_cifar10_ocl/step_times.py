@@ -30,6 +30,8 @@ ROWS = [
                                                  "context_batch": 64, "own_latent": True, "target_loss": "present",
                                                  "regularize_below": 1.0, "kernel_width": "median"}),
     ("gcl, resnet18, whole memory", "gcl", "resnet18", 20, {"memory_size": 500}),
+    # the preset with its regulariser held to the weights' moving average (rule 18; train.ema_momentum below)
+    ("gcl, today's preset, held to the average", "gcl", "resnet18", 20, "preset"),
     ("onpro", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
     ("onpro (first task)", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
     ("onpro, rotations 4", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64, "rotations": 4}),
@@ -37,6 +39,8 @@ ROWS = [
 # The task a row's timed steps run in (default 0): OnPro's step after the first task (4 tasks of 5)
 # mixes, rotates and contrasts the replay batch too; its first task's step does not.
 TASK = {"onpro": 1, "onpro, rotations 4": 1}
+# Rows whose method keys need more of the run's config: (its train section's keys, more method keys)
+MORE = {"gcl, today's preset, held to the average": ({"ema_momentum": 0.99}, {"graph_target": "average"})}
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "configs", "split_cifar10_ocl.yaml")
 
 
@@ -56,17 +60,21 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from gcl_tf.benchmark.timing import interleaved_seconds
-    from gcl_tf.benchmark.workloads import prepare_train_step
-    from gcl_tf.speed import make_model
+    from gcl_tf.benchmark.workloads import make_model, prepare_train_step
+    from gcl_tf.speed import settings
 
     steps, row_keys = {}, {}
     for row, method, trunk, filters, keys in ROWS:
         if args.rows and row not in args.rows:
             continue
-        keys = preset_keys(method) if keys == "preset" else keys
+        train, more = MORE.get(row, ({}, {}))
+        keys = {**(preset_keys(method) if keys == "preset" else keys), **more}
         row_keys[row] = keys
+        sections = settings(method)  # the speed checks' (gcl_tf.speed), the row's train keys over them
+        sections = {**sections, "train": {**sections.get("train", {}), **train}}
         for augment in ("none", "ocl"):
-            model = make_model(method, SHAPE, backbone=trunk, filters=filters, augment=augment, **keys)
+            model = make_model(method, SHAPE, backbone=trunk, filters=filters, augment=augment, settings=sections,
+                               **keys)
             if method != "gcl":
                 model.optimizer.learning_rate = 0.001
             steps[row, augment], _ = prepare_train_step(model, SHAPE)  # the memory filled in task 0

@@ -28,6 +28,11 @@ class Config(MemoryMethodConfig):
     # incoming images' neighbourhoods are not pushed from the old classes' images; the contexts' vote
     # stays among every class.
     vote_targets: Literal["all", "present"] = "all"
+    # What the graph regulariser holds a context's current edges to (our extension, docs/gcl/todays_rules.md rule 18):
+    # stored, the edges kept in the memory from when the context was last at its best loss (the paper); average, the
+    # edges between the same augmented contexts as the weights' moving average sees them this step (a momentum
+    # teacher, as MKD distills from; needs train.ema_momentum). Which contexts are held is the paper's rule either way.
+    graph_target: Literal["stored", "average"] = "stored"
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.
@@ -142,6 +147,13 @@ class Config(MemoryMethodConfig):
         if self.target_views > 1:
             require_in_step_augmentation(augment, f"{section}.target_views: {self.target_views} draws each view "
                                          "from the in-step augmentation", f"{section}.target_views: 1")
+
+    def check(self, config) -> None:
+        """The method's own rules and the run's: ``graph_target: average`` needs the weights' average."""
+        super().check(config)
+        if self.graph_target == "average" and config.train.ema_momentum is None:
+            raise ConfigError("method.graph_target: average needs the weights' moving average; allowed: "
+                              "train.ema_momentum set (e.g. 0.99), or method.graph_target: stored")
 
     def check_settings(self, section: str = "method"):
         """The rules between the method's own keys (``section``: how errors name them)."""

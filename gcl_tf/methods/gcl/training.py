@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from gcl_tf import salts
 from gcl_tf.distribute import all_gather, all_mean, gather_in_order, num_replicas, replica_id
+from gcl_tf.errors import ConfigError
 from gcl_tf.memory import sample_without_replacement, scatter_update, step_seed
 from gcl_tf.methods.base import cross_entropy, mask_logits, present_classes
 from gcl_tf.methods.gcl.graph import (
@@ -38,6 +39,7 @@ from gcl_tf.methods.gcl.graph import (
     logit_of_exp,
     median_kernel_width,
     median_squared_distance,
+    normalize_embeddings,
     normalize_rows,
     regularized_contexts,
     replaced_source_index,
@@ -46,6 +48,8 @@ from gcl_tf.methods.gcl.graph import (
     update_edge_memory,
     vote_cross_entropy,
 )
+from gcl_tf.optimizers import average_of, averaged_call, averaging_optimizer
+from gcl_tf.precision import float32
 
 
 class Edges(NamedTuple):
@@ -174,15 +178,33 @@ class Training:
                                          [k, y.shape[0]])
         return tf.reduce_mean(target_ce) + tf.reduce_sum(context_ce * valid_f) / tf.maximum(tf.reduce_sum(valid_f), 1.0)
 
-    def graph_regularization(self, logits_e, slots, valid, context_ce):
+    def graph_regularization(self, logits_e, slots, valid, context_ce, images=None):
         """``(m [k], L_G)``: the contexts held (their loss rose above their best, under
-        ``regularize_below``) and the graph regulariser between their current and stored edges."""
+        ``regularize_below``) and the graph regulariser between their current edges and the stored
+        ones (``graph_target: average``: those of the weights' average on this step's ``images``,
+        the contexts then the targets, :meth:`average_edge_logits`)."""
         best = tf.gather(self.memory.best_loss, slots)
         stored = self.stored_edge_logits(slots)
         regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.settings.regularize_below,
                                            self.carrying_label(stored, slots, valid))  # m_i
+        if self.settings.graph_target == "average":
+            stored = self.average_edge_logits(images, slots.shape[0])
         regularizer = context_graph_regularizer_fused if self.settings.fuse_regularizer else context_graph_regularizer
         return regularized, regularizer(logits_e, stored, regularized, self.settings.regularize_self_pairs)
+
+    def average_edge_logits(self, images, k: int):
+        """The edge logits between the first ``k`` of ``images`` (the contexts) [k, k] as the weights'
+        moving average sees them: its trunk in training mode on the step's whole batch (BatchNorm
+        over the same images as the learner's pass, its statistics' updates dropped), its edge head
+        and kernel width. No gradient."""
+        optimizer = averaging_optimizer(self.optimizer)
+        if optimizer is None:
+            raise ConfigError("method.graph_target: average needs the weights' moving average; allowed: an "
+                              "optimizer with use_ema=True (train.ema_momentum), or graph_target: stored")
+        features = averaged_call(self.trunk, optimizer, images, training=True)[:k]
+        u = float32(averaged_call(self.edge_head, optimizer, features))
+        u = normalize_embeddings(u) if self.settings.kernel == "normalized" else u
+        return edge_logits(u, u, tf.stop_gradient(average_of(optimizer, self.kernel_log_scale).value))
 
     def carrying_label(self, stored_logits, slots, valid):
         """With ``regularize_selective``: the contexts whose stored edges carry their label
@@ -218,7 +240,8 @@ class Training:
         target_labels = tf.tile(y, [self.settings.target_views])  # each view a target with the image's label
         context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
             context_out, target_out, context_labels, target_labels, valid, present)
-        regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce)
+        regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce,
+                                                            tf.concat([contexts, targets], axis=0))
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
             vote_loss = self.vote_loss(logits_e, context_labels, target_labels, valid, k, present)

@@ -1,0 +1,81 @@
+"""GCL's graph regulariser held to the weights' moving average (method.graph_target: average): the
+edges it holds are those the averaged trunk, edge head and kernel width give the step's own images,
+computed inside the step without touching the learner's weights or BatchNorm statistics; it needs
+the average, and says so in one line."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from gcl_harness import make_config
+
+from gcl_tf.errors import ConfigError
+
+
+def teacher_gcl(momentum=0.5, **keys):
+    """A small GCL on a trunk with BatchNorm, whose optimizer keeps the weights' average, after a
+    few steps (so that the averages and the weights differ)."""
+    import keras
+
+    import gcl_tf
+
+    keras.utils.set_random_seed(0)
+    trunk = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten()])
+    model = gcl_tf.GCL(backbone=trunk, num_classes=10, memory_size=20, hidden_size=16, edge_memory="embeddings",
+                       context_batch=10, **keys)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2, use_ema=True, ema_momentum=momentum))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((60, 8, 8, 1), dtype=np.float32), np.arange(60) % 10
+    history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(10), verbose=0)
+    return model, history
+
+
+def values(variables):
+    return [np.array(v.numpy()) for v in variables]
+
+
+def test_the_held_edges_are_the_averaged_models_on_the_same_images():
+    from gcl_tf.methods.gcl.graph import edge_logits
+    from gcl_tf.optimizers import averages_in_place
+
+    model, _ = teacher_gcl(graph_target="average")
+    images = tf.constant(np.random.default_rng(1).random((14, 8, 8, 1), dtype=np.float32))
+    weights, statistics = values(model.trainable_variables), values(model.non_trainable_variables)
+    got = model.average_edge_logits(images, 10).numpy()
+    for after, before in zip(values(model.trainable_variables) + values(model.non_trainable_variables),
+                             weights + statistics):
+        np.testing.assert_array_equal(after, before)  # nothing assigned: weights, BatchNorm's statistics
+    assert got.shape == (10, 10)
+    with averages_in_place(model.optimizer):  # the same model with the averages in its weights, by hand
+        u = model.edge_embeddings(model.trunk(images, training=True))[:10]  # BatchNorm over all 14
+        want = edge_logits(u, u, model.kernel_log_scale).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    u = model.edge_embeddings(model.trunk(images, training=True))[:10]
+    learned = edge_logits(u, u, model.kernel_log_scale).numpy()
+    assert np.abs(learned - want).max() > 1e-2  # the learner's own edges are another target
+
+
+def test_a_gcl_held_to_the_average_learns_and_holds_its_contexts():
+    model, history = teacher_gcl(graph_target="average", regularize_below=None)  # the paper's hold: from the start
+    graph_loss, held = history.history["graph_loss"][-1], history.history["regularized_fraction"][-1]
+    assert np.isfinite(history.history["loss"][-1]) and np.isfinite(graph_loss)
+    assert held > 0 and graph_loss > 0  # contexts were held, to edges the learner's differ from
+    _, stored = teacher_gcl(graph_target="stored", regularize_below=None)
+    assert stored.history["graph_loss"][-1] != pytest.approx(graph_loss)
+
+
+def test_the_average_is_required_in_one_line():
+    import keras
+
+    import gcl_tf
+
+    with pytest.raises(ConfigError) as info:
+        make_config(graph_target="average")
+    assert str(info.value) == ("method.graph_target: average needs the weights' moving average; allowed: "
+                               "train.ema_momentum set (e.g. 0.99), or method.graph_target: stored")
+    model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, graph_target="average")
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))  # no use_ema: the Python API finds it at the first step
+    x, y = np.random.default_rng(0).random((20, 8, 8, 1), dtype=np.float32), np.arange(20) % 10
+    with pytest.raises(ConfigError, match="method.graph_target: average needs the weights' moving average"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(10), verbose=0)
