@@ -175,7 +175,8 @@ def run(study: str, only: list[str] | None) -> None:
                      "tiny_stream": ["todays", "er", "todays_gl0"],
                      "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_seed1", "todays_vote_seed1",
                                     "todays_seed2", "todays_mkd_ocl", "todays_ccl_dc", "todays_torch_init",
-                                    "todays_ema", "er_ema", "todays_ema_seed1", "todays_ema_seed2"]}[study]
+                                    "todays_ema", "er_ema", "todays_ema_seed1", "todays_ema_seed2", "todays_teacher",
+                                    "todays_teacher_seed1", "todays_teacher_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):
