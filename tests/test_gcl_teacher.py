@@ -79,3 +79,16 @@ def test_the_average_is_required_in_one_line():
     x, y = np.random.default_rng(0).random((20, 8, 8, 1), dtype=np.float32), np.arange(20) % 10
     with pytest.raises(ConfigError, match="method.graph_target: average needs the weights' moving average"):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(10), verbose=0)
+
+
+def test_the_average_starts_from_the_width_the_median_sets():
+    """kernel_width: median sets the kernel's width at the first step with contexts, outside the
+    optimizer: the average takes it too (else it would hold the width it replaced for hundreds of
+    steps, and the held edges with it)."""
+    model, _ = teacher_gcl(momentum=0.999, graph_target="average", kernel_width="median", kernel_start_edge=0.001)
+    from gcl_tf.optimizers import average_of
+
+    assert bool(model.kernel_width_set.numpy())
+    average = float(average_of(model.optimizer, model.kernel_log_scale).numpy())
+    assert average == pytest.approx(float(model.kernel_log_scale.numpy()), abs=0.05)  # 4 steps of learning apart
+    assert abs(average - np.log(np.sqrt(16))) > 0.5  # not the initial width sqrt(H) it replaced

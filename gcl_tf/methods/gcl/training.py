@@ -311,7 +311,12 @@ class Training:
                         lambda: median_squared_distance(context_embeddings, valid))
         now = tf.logical_and(tf.logical_not(self.kernel_width_set), width > 0)
         width = median_kernel_width(width, self.settings.kernel_start_edge)
-        self.kernel_log_scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), self.kernel_log_scale))
+        scales = [self.kernel_log_scale]
+        optimizer = averaging_optimizer(self.optimizer)
+        if optimizer is not None:  # the weights' average starts from the width set, not from the one it replaces
+            scales.append(average_of(optimizer, self.kernel_log_scale))
+        for scale in scales:
+            scale.assign(tf.where(now, tf.math.log(tf.maximum(width, 1e-12)), scale))
         self.kernel_width_set.assign(tf.logical_or(self.kernel_width_set, now))
 
     def update_memory(self, edges: Edges, slots, valid, best, x, y) -> None:
