@@ -28,6 +28,8 @@ def make_strategy(train_config):
     if kind == "none":
         return None
     devices = tuple(train_config.devices) if (kind == "mirrored" and train_config.devices) else None
+    if devices:
+        check_devices(devices)
     key = (kind, devices)
     if key not in _STRATEGIES:
         if kind == "mirrored":
@@ -37,6 +39,19 @@ def make_strategy(train_config):
         else:
             raise ValueError(f"unknown strategy {kind!r}")
     return _STRATEGIES[key]
+
+
+def check_devices(devices) -> None:
+    """A ConfigError naming the first of ``devices`` this process does not have (TensorFlow would
+    place its replica on another device, where the replicas' collectives wait for each other forever)."""
+    present = {(d.device_type, d.device_index) for d in
+               (tf.DeviceSpec.from_string(x.name) for x in tf.config.list_logical_devices())}
+    for name in devices:
+        spec = tf.DeviceSpec.from_string(name)
+        if (str(spec.device_type).upper(), spec.device_index or 0) not in present:
+            names = ", ".join(f"/{t.lower()}:{i}" for t, i in sorted(present))
+            raise ConfigError(f"train.devices: {name} is not a device of this process; allowed: {names} (several CPU "
+                              "devices exist only where the process configured logical ones, docs/distributed.md)")
 
 
 def is_chief(strategy) -> bool:
