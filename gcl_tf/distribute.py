@@ -46,10 +46,13 @@ def check_devices(devices) -> None:
     place its replica on another device, where the replicas' collectives wait for each other forever)."""
     present = {(d.device_type, d.device_index) for d in
                (tf.DeviceSpec.from_string(x.name) for x in tf.config.list_logical_devices())}
+    names = ", ".join(f"/{t.lower()}:{i}" for t, i in sorted(present))
     for name in devices:
-        spec = tf.DeviceSpec.from_string(name)
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except ValueError:
+            raise ConfigError(f"train.devices: {name!r} is not a device name; allowed: {names}") from None
         if (str(spec.device_type).upper(), spec.device_index or 0) not in present:
-            names = ", ".join(f"/{t.lower()}:{i}" for t, i in sorted(present))
             raise ConfigError(f"train.devices: {name} is not a device of this process; allowed: {names} (several CPU "
                               "devices exist only where the process configured logical ones, docs/distributed.md)")
 

@@ -63,6 +63,7 @@ def learner_keys(config, info: dict) -> dict:
     run = methods.run_arguments(config, info["input_shape"], info["num_classes"])
     return {**config_dicts.flat_keys({"method": data["method"], "model": data["model"]}),
             "train.optimizer": config.train.optimizer, "train.mixed_precision": config.train.mixed_precision,
+            "train.ema_momentum": config.train.ema_momentum,  # the averages are optimizer state
             "the data's classes": int(info["num_classes"]),
             "the data's image shape": [int(d) for d in info["input_shape"]],
             **{f"benchmark.{name}": run[name] for name in _BENCHMARK_ARGUMENTS if name in run}}

@@ -284,3 +284,14 @@ def test_the_logged_replay_loss_is_the_global_mean_after_keras_averages_the_repl
     assert proc.returncode == 0, proc.stderr[-3000:]
     logs = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("LOGS "))[5:])
     assert logs["rule"] == pytest.approx(13 / 3) and logs["own_mean"] == pytest.approx(5.75)
+
+
+def test_devices_the_process_lacks_or_that_are_no_device_are_named_in_one_line():
+    from gcl_tf.distribute import check_devices
+    from gcl_tf.errors import ConfigError
+
+    check_devices(["/cpu:0", "/device:CPU:0", "CPU:0"])  # one device, three spellings
+    with pytest.raises(ConfigError, match=r"^train.devices: /cpu:7 is not a device of this process; allowed: /cpu:0"):
+        check_devices(["/cpu:0", "/cpu:7"])
+    with pytest.raises(ConfigError, match=r"^train.devices: 'gpu0' is not a device name; allowed: /cpu:0"):
+        check_devices(["gpu0"])

@@ -90,5 +90,5 @@ def test_the_average_starts_from_the_width_the_median_sets():
 
     assert bool(model.kernel_width_set.numpy())
     average = float(average_of(model.optimizer, model.kernel_log_scale).numpy())
-    assert average == pytest.approx(float(model.kernel_log_scale.numpy()), abs=0.05)  # 4 steps of learning apart
+    assert average == pytest.approx(float(model.kernel_log_scale.numpy()), abs=0.1)  # a few steps of learning apart
     assert abs(average - np.log(np.sqrt(16))) > 0.5  # not the initial width sqrt(H) it replaced

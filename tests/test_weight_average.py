@@ -59,14 +59,62 @@ def test_the_learner_learns_on_from_its_own_weights_and_evaluates_with_the_avera
     for after, weight in zip(values(model.trainable_variables), learned):
         np.testing.assert_array_equal(after, weight)
     np.testing.assert_array_equal(model.predict(images, verbose=0), by_average)  # predict reads the averages
-    accuracy = model.evaluate(tf.data.Dataset.from_tensor_slices((images, labels)).batch(50), verbose=0,
-                              return_dict=True)["accuracy"]
-    assert accuracy == pytest.approx(float(np.mean(np.argmax(by_average, axis=1) == labels)), abs=1e-6)
+    by_learned = model.predict_on_batch(images)  # outside any span: the learned weights
+    nll = {name: float(-np.mean(np.log(p[np.arange(len(labels)), labels]))) for name, p in
+           (("average", by_average), ("learned", by_learned))}
+    assert abs(nll["average"] - nll["learned"]) > 1e-3  # the two models answer apart
+    logs = model.evaluate(tf.data.Dataset.from_tensor_slices((images, labels)).batch(50), verbose=0, return_dict=True)
+    assert logs["loss"] == pytest.approx(nll["average"], rel=1e-4)  # evaluate reads the averages
+    assert logs["accuracy"] == pytest.approx(float(np.mean(np.argmax(by_average, axis=1) == labels)), abs=1e-6)
     for after, weight in zip(values(model.trainable_variables), learned):
         np.testing.assert_array_equal(after, weight)
-    # the next task starts from the learned weights: its first step moves them, not the averages
-    fit_task(model, 1, n=10)
-    assert max(np.abs(a - w).max() for a, w in zip(values(model.trainable_variables), averages)) > 1e-4
+
+
+def test_an_evaluation_that_fails_gives_the_learned_weights_back():
+    model = averaging_er()
+    fit_task(model, 0, n=60)
+    learned = values(model.trainable_variables)
+
+    def failing():
+        raise RuntimeError("a hook failed")
+
+    model.on_evaluation_begin = failing
+    with pytest.raises(RuntimeError):
+        with model.evaluation_scope():
+            pass
+    for after, weight in zip(values(model.trainable_variables), learned):
+        np.testing.assert_array_equal(after, weight)
+    del model.on_evaluation_begin
+    with model.evaluation_scope():  # the next span swaps and calls its hooks again
+        assert not all(np.array_equal(a, w) for a, w in zip(values(model.trainable_variables), learned))
+
+
+def test_mer_which_writes_its_weights_itself_refuses_an_average(capsys):
+    import keras
+
+    from gcl_tf import train
+
+    line = cli_error(train.main, ["--config", TODAY, "--set", "method.name=mer", "--set", "train.optimizer=sgd",
+                                  "--set", "train.ema_momentum=0.99"], capsys)
+    assert line == "error: train.ema_momentum: mer writes its weights itself (MER Algorithm 1), past the optimizer " \
+                   "that would average them; allowed: null"
+    model = gcl_tf.MER(backbone=user_backbone(), num_classes=10, memory_size=20)
+    with pytest.raises(Exception, match="train.ema_momentum: mer writes its weights itself"):
+        model.compile(optimizer=keras.optimizers.SGD(0.1, use_ema=True))
+
+
+def test_a_learner_continued_with_another_average_is_refused():
+    """The averages are optimizer state: a learner saved with one train.ema_momentum is not a
+    learner of a config with another (init_from compares it, as it compares train.optimizer)."""
+    from gcl_tf.learner import learner_keys
+
+    from helpers import digits_config
+
+    info = {"input_shape": (8, 8, 1), "num_classes": 10}
+    plain, averaged = digits_config({"name": "er"}), digits_config({"name": "er"})
+    averaged.train.ema_momentum = 0.99
+    differing = {k for k, v in learner_keys(averaged, info).items() if learner_keys(plain, info)[k] != v}
+    assert differing == {"train.ema_momentum"}
 
 
 def test_the_averages_follow_the_momentum():
@@ -134,3 +182,28 @@ def test_an_averaged_run_exports_its_averages(tmp_path):
     served = serve(images=tf.constant(images), seed=tf.constant(0, tf.int64))["probabilities"].numpy()
     np.testing.assert_allclose(served, averaged, atol=1e-5)
     assert result["accuracy_matrix"][-1][-1] > 20  # it learned: the averages are of a moving model
+
+
+def test_icarl_s_class_means_are_of_the_weights_its_predictions_read():
+    """iCaRL predicts by the nearest class mean: with train.ema_momentum the means are taken by
+    the averages, the weights its predictions read, not by the learned ones."""
+    import keras
+
+    from gcl_tf.optimizers import averages_in_place
+
+    keras.utils.set_random_seed(0)
+    model = gcl_tf.ICaRL(backbone=user_backbone(), num_classes=10, memory_size=50, num_tasks=2)
+    model.compile(optimizer=keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.9))
+    fit_task(model, 0)
+    ex = model.exemplars
+    count = int(np.sum(ex.set_id.numpy() >= 0))
+    images, labels = ex.images.numpy()[:count], ex.labels.numpy()[:count]
+    means = {}
+    for name, weights in (("average", averages_in_place(model.optimizer)), ("learned", averages_in_place(None))):
+        with weights:
+            feats = model.features(images)
+        means[name] = np.stack([feats[labels == c].mean(0) / np.linalg.norm(feats[labels == c].mean(0))
+                                for c in np.unique(labels)])
+    stored = ex.class_means.numpy()[np.unique(labels)]
+    np.testing.assert_allclose(stored, means["average"], atol=1e-5)
+    assert np.abs(stored - means["learned"]).max() > 1e-3

@@ -50,7 +50,7 @@ from gcl_tf.errors import ConfigError
 from gcl_tf.memory import state_variable
 from gcl_tf.memory.state import step_seed
 from gcl_tf.methods.hooks import Hooks
-from gcl_tf.optimizers import averaging_optimizer, keeping_learned_weights, make_optimizer, swap_averages
+from gcl_tf.optimizers import averages_in_place, averaging_optimizer, keeping_learned_weights, make_optimizer
 from gcl_tf.precision import float32, wrap_optimizer
 from gcl_tf.saving import LearnerSaving
 from gcl_tf.schema import MethodConfig, build_dataclass, did_you_mean
@@ -209,18 +209,14 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
         a scope every prediction computes everything afresh. Scopes nest: only the outermost
         one calls the hooks. With an optimizer that averages the weights (``train.ema_momentum``)
         the scope predicts with the averages and gives the learned weights back at its end."""
-        averaging = averaging_optimizer(getattr(self, "optimizer", None))
-        self._evaluation_depth += 1
-        if self._evaluation_depth == 1:
-            swap_averages(averaging)
-            self.on_evaluation_begin()
-        try:
+        with contextlib.ExitStack() as undo:  # undone in reverse, whatever raises
+            self._evaluation_depth += 1
+            undo.callback(setattr, self, "_evaluation_depth", self._evaluation_depth - 1)
+            if self._evaluation_depth == 1:
+                undo.enter_context(averages_in_place(averaging_optimizer(getattr(self, "optimizer", None))))
+                self.on_evaluation_begin()
+                undo.callback(self.on_evaluation_end)
             yield self
-        finally:
-            self._evaluation_depth -= 1
-            if self._evaluation_depth == 0:
-                self.on_evaluation_end()
-                swap_averages(averaging)
 
     @contextlib.contextmanager
     def evaluation_variant(self, changes: dict):

@@ -17,6 +17,9 @@ from gcl_tf.data.config import require_in_step_augmentation
 from gcl_tf.errors import ConfigError
 from gcl_tf.schema import MemoryMethodConfig, MethodConfig, value_range
 
+MER_NO_AVERAGE = ("train.ema_momentum: mer writes its weights itself (MER Algorithm 1), past the optimizer that "
+                  "would average them; allowed: null")
+
 
 def check_replay_within_memory(config, section: str = "method") -> None:
     """A replay batch no larger than the memory it is drawn from (issue 71: 500 from a memory of 200
@@ -108,6 +111,8 @@ class MERConfig(MemoryMethodConfig):
                 f"train.optimizer: mer uses plain SGD steps (MER Algorithm 1), got {config.train.optimizer!r}; "
                 "allowed: sgd"
             )
+        if config.train.ema_momentum is not None:
+            raise ConfigError(MER_NO_AVERAGE)
 
 
 @dataclass

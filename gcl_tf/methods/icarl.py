@@ -39,6 +39,7 @@ from gcl_tf.memory import (
 from gcl_tf.methods.base import NEG_INF, ContinualModel
 from gcl_tf.methods.common import collect_dataset
 from gcl_tf.methods.configs import ICaRLConfig
+from gcl_tf.optimizers import averages_in_place, averaging_optimizer
 from gcl_tf.precision import float32
 
 
@@ -244,8 +245,10 @@ class ICaRL(ContinualModel):
         ex.set_id.assign(np.concatenate([new_sets_arr, np.full(pad, -1, np.int32)]))
         ex.rank.assign(np.concatenate([new_rank, np.zeros(pad, np.int32)]))
 
-        # Class means of the exemplars' normalised features, re-normalised.
-        feats = self.features(new_images)
+        # Class means of the exemplars' normalised features, re-normalised, by the weights predictions read (with
+        # train.ema_momentum, their averages).
+        with averages_in_place(averaging_optimizer(self.optimizer)):
+            feats = self.features(new_images)
         means = np.zeros(ex.class_means.shape, np.float32)
         has = np.zeros(self.num_classes, bool)
         for c in np.unique(new_labels):

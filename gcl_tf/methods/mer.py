@@ -32,7 +32,7 @@ from gcl_tf.backbones import classifier
 from gcl_tf.errors import ConfigError
 from gcl_tf.memory import ReservoirMemory
 from gcl_tf.methods.base import ContinualModel, cross_entropy
-from gcl_tf.methods.configs import MERConfig
+from gcl_tf.methods.configs import MER_NO_AVERAGE, MERConfig
 
 # ----------------------------------------------------------------------------- pure math
 
@@ -74,6 +74,8 @@ class MER(ContinualModel):
         if type(optimizer) is not keras.optimizers.SGD or float(optimizer.momentum) != 0.0:
             raise ConfigError(f"optimizer: mer uses plain SGD steps (MER Algorithm 1), got "
                               f"{type(optimizer).__name__}; allowed: keras.optimizers.SGD without momentum")
+        if optimizer.use_ema:
+            raise ConfigError(MER_NO_AVERAGE)
         super().compile(optimizer=optimizer, **kwargs)
         self.learning_rate = float(tf.convert_to_tensor(optimizer.learning_rate))
 

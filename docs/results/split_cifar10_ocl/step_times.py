@@ -69,7 +69,7 @@ def main(argv=None):
             continue
         train, more = MORE.get(row, ({}, {}))
         keys = {**(preset_keys(method) if keys == "preset" else keys), **more}
-        row_keys[row] = keys
+        row_keys[row] = {**keys, **{f"train.{k}": v for k, v in train.items()}}
         sections = settings(method)  # the speed checks' (gcl_tf.speed), the row's train keys over them
         sections = {**sections, "train": {**sections.get("train", {}), **train}}
         for augment in ("none", "ocl"):

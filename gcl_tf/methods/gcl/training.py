@@ -201,6 +201,7 @@ class Training:
         if optimizer is None:
             raise ConfigError("method.graph_target: average needs the weights' moving average; allowed: an "
                               "optimizer with use_ema=True (train.ema_momentum), or graph_target: stored")
+        images = images[:k] if self._per_image_trunk else images  # (no BatchNorm: the contexts alone suffice)
         features = averaged_call(self.trunk, optimizer, images, training=True)[:k]
         u = float32(averaged_call(self.edge_head, optimizer, features))
         u = normalize_embeddings(u) if self.settings.kernel == "normalized" else u
