@@ -6,7 +6,7 @@ weight, updated in its own ``apply``, and ``keras.Model.fit`` overwrites the wei
 averages when it returns. A continual learner fits once per task and must go on learning from its
 own weights, as the methods that evaluate an average do (MKD's teacher, a temporal ensemble): so
 here ``fit`` keeps the learned weights (:func:`keeping_learned_weights`) and the averages are
-swapped in only for an evaluation span (:func:`swap_averages`, from
+swapped in only for an evaluation span (:func:`averages_in_place`, from
 :meth:`~gcl_tf.methods.base.ContinualModel.evaluation_scope`), then swapped back.
 """
 from __future__ import annotations
@@ -40,20 +40,6 @@ def averaging_optimizer(optimizer):
     return optimizer
 
 
-def swap_averages(optimizer) -> None:
-    """Exchange each trainable weight with its average (in place: calling it twice restores both);
-    ``optimizer``: as :func:`averaging_optimizer` gives it (None: nothing to swap). In a strategy's
-    cross-replica context each assignment reaches every replica's copy."""
-    if optimizer is None:
-        return
-    for weight, average in zip(optimizer._trainable_variables, optimizer._model_variables_moving_average):
-        if average is None:
-            continue
-        learned = tf.identity(weight.value)
-        weight.assign(average.value)
-        average.assign(learned)
-
-
 @contextlib.contextmanager
 def keeping_learned_weights(optimizer):
     """Within it, the end of ``keras.Model.fit`` leaves the learned weights in place (Keras would
@@ -72,12 +58,24 @@ def keeping_learned_weights(optimizer):
 @contextlib.contextmanager
 def averages_in_place(optimizer):
     """Within it the weights hold their averages (``optimizer``: as :func:`averaging_optimizer`
-    gives it; None: the weights as they are); the learned weights come back at its end."""
-    swap_averages(optimizer)
+    gives it; None: the weights as they are); the learned weights come back at its end. Each
+    weight and its average are exchanged in place (in a strategy's cross-replica context each
+    assignment reaches every replica's copy), and exchanged back."""
+    pairs = [] if optimizer is None else [
+        (w, a) for w, a in zip(optimizer._trainable_variables, optimizer._model_variables_moving_average)
+        if a is not None]
+
+    def exchange():
+        for weight, average in pairs:
+            learned = tf.identity(weight.value)
+            weight.assign(average.value)
+            average.assign(learned)
+
+    exchange()
     try:
         yield
     finally:
-        swap_averages(optimizer)
+        exchange()
 
 
 def average_of(optimizer, variable):

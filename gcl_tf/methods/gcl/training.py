@@ -184,13 +184,19 @@ class Training:
         ones (``graph_target: average``: those of the weights' average on this step's ``images``,
         the contexts then the targets, :meth:`average_edge_logits`)."""
         best = tf.gather(self.memory.best_loss, slots)
-        stored = self.stored_edge_logits(slots)
+        stored = self.stored_edge_logits(slots) if self.reads_stored_edges else None
         regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.settings.regularize_below,
                                            self.carrying_label(stored, slots, valid))  # m_i
         if self.settings.graph_target == "average":
             stored = self.average_edge_logits(images, slots.shape[0])
         regularizer = context_graph_regularizer_fused if self.settings.fuse_regularizer else context_graph_regularizer
         return regularized, regularizer(logits_e, stored, regularized, self.settings.regularize_self_pairs)
+
+    @property
+    def reads_stored_edges(self) -> bool:
+        """Whether a step reads the stored edges: as the regulariser's target, or for the wait of
+        ``regularize_selective`` (with ``graph_target: average`` and no wait, they are not computed)."""
+        return self.settings.graph_target == "stored" or self.settings.regularize_selective is not None
 
     def average_edge_logits(self, images, k: int):
         """The edge logits between the first ``k`` of ``images`` (the contexts) [k, k] as the weights'
