@@ -17,6 +17,7 @@ run's TensorBoard events into ``steps.json`` (what results in git keep) and writ
     python docs/results/gcl_today/diagnose.py first_task     # from the folder holding data/cifar10.npz
     python docs/results/gcl_today/diagnose.py short_stream
     python docs/results/gcl_today/diagnose.py table          # the tables only, from what has run
+    python docs/results/gcl_today/diagnose.py seeds --only todays,todays_ema,todays_teacher  # over seeds 0-2
     python docs/results/gcl_today/diagnose.py probe          # what carries the label (first_task)
 
 ``probe`` reads each finished first-task GCL learner (``learner.keras``, kept on the machine that
@@ -40,6 +41,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -245,6 +247,31 @@ def write_table(study: str) -> None:
         f.write(text)
 
 
+def seed_summary(variants: list[str]) -> None:
+    """Each five_tasks variant over validation seeds 0-2 (``V``, ``V_seed1``, ``V_seed2``; the
+    preset's are ``todays``, ``todays_seed1``, ``todays_seed2``): ACC, LA and FGT as mean ± std, and
+    each one's ACC gain by seed over the first named, with its mean ± standard error (rules 16-18)."""
+    def runs(variant):
+        out = []
+        for name in [variant, f"{variant}_seed1", f"{variant}_seed2"]:
+            with open(os.path.join(HERE, "five_tasks", name, "results.json")) as f:
+                out.append(json.load(f))
+        return out
+
+    def spread(values):
+        return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+    base = [r["acc"] for r in runs(variants[0])]
+    for variant in variants:
+        results = runs(variant)
+        acc = [r["acc"] for r in results]
+        gains = [a - b for a, b in zip(acc, base)]
+        print(f"{variant}: ACC {', '.join(f'{a:.2f}' for a in acc)} = {spread(acc)}; "
+              f"LA {spread([r['learning_accuracy'] for r in results])}; FGT {spread([r['fgt'] for r in results])}; "
+              f"gain over {variants[0]} {', '.join(f'{g:+.2f}' for g in gains)} = {statistics.mean(gains):+.2f} ± "
+              f"{statistics.stdev(gains) / len(gains) ** 0.5:.2f} (s.e.)")
+
+
 def probe_learner(folder: str) -> dict:
     """What carries the label in one first-task learner (see the module docstring), in %."""
     import gcl_tf
@@ -381,7 +408,7 @@ def probe() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", choices=[*STUDIES, "table", "probe", "probe_last_task", "predictions"])
+    parser.add_argument("study", choices=[*STUDIES, "table", "seeds", "probe", "probe_last_task", "predictions"])
     parser.add_argument("folders", nargs="*", help="probe_last_task: finished GCL run folders")
     parser.add_argument("--only", type=lambda s: s.split(","), default=None)
     parser.add_argument("--list", action="store_true")
@@ -390,6 +417,9 @@ def main() -> None:
         for study in STUDIES:
             if os.path.isdir(os.path.join(HERE, study)):
                 write_table(study)
+        return
+    if args.study == "seeds":  # rules 16-18: the preset first, then the levers
+        seed_summary(args.only or ["todays"])
         return
     if args.study == "probe":
         probe()
