@@ -259,7 +259,13 @@ def test_the_normalized_kernel_compares_unit_embeddings_whatever_their_scale(edg
         head.bias.assign(head.bias * 10.0)
         after = scaled.test_graphs(x, samples=1, seed=(1, 2))[0].numpy()
         if kernel == "normalized":
-            np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-4)
+            # compared as edge probabilities: an image that is also in the memory has distance ~0 to
+            # itself, its edge saturates at the clip (logit ln 1e6), and the last bits of a
+            # normalisation move that logit by tenths on one CPU and not on another
+            np.testing.assert_allclose(tf.sigmoid(after).numpy(), tf.sigmoid(before).numpy(), rtol=0, atol=1e-5)
+            unsaturated = np.abs(before) < 10.0
+            assert unsaturated.mean() > 0.5
+            np.testing.assert_allclose(after[unsaturated], before[unsaturated], rtol=1e-4, atol=1e-4)
         else:
             assert np.max(np.abs(after - before)) > 1.0
 
