@@ -86,10 +86,24 @@ def average_of(optimizer, variable):
     raise ValueError(f"{variable.path} is not among the weights the optimizer averages")
 
 
-def averaged_call(layer, optimizer, *args, **kwargs):
-    """``layer(*args, **kwargs)`` computed with the averages of its trainable weights in their place
-    (Keras's ``stateless_call``: nothing is assigned, BatchNorm's statistic updates are dropped), with
-    no gradient: what the weights' moving average answers, inside the compiled step."""
-    trainable = [average_of(optimizer, v).value for v in layer.trainable_variables]
-    outputs, _ = layer.stateless_call(trainable, [v.value for v in layer.non_trainable_variables], *args, **kwargs)
-    return tf.nest.map_structure(tf.stop_gradient, outputs)
+@contextlib.contextmanager
+def averaged_weights(layer, optimizer):
+    """Within it every read of ``layer``'s trainable weights reads their moving averages (Keras's
+    ``StatelessScope``: nothing is assigned, BatchNorm's statistic updates are dropped), with no
+    gradient: a whole forward pass of what the average answers, inside the compiled step."""
+    mapping = [(v, tf.stop_gradient(average_of(optimizer, v).value)) for v in layer.trainable_variables]
+    with keras.StatelessScope(state_mapping=mapping):
+        yield
+
+
+def distillation_loss(teacher_logits, student_logits, temperature: float, weights=None):
+    """Knowledge distillation (Hinton et al. 2015; MKD's loss, Michel et al. 2024): the mean over rows of
+    ``T^2 KL(softmax(t / T) || softmax(s / T))`` (``weights`` [N]: a weighted mean, e.g. 0 for rows
+    that do not count). The teacher's side carries no gradient; T^2 keeps the gradient's scale as T varies."""
+    teacher = tf.nn.log_softmax(tf.stop_gradient(tf.cast(teacher_logits, tf.float32)) / temperature)
+    student = tf.nn.log_softmax(tf.cast(student_logits, tf.float32) / temperature)
+    kl = tf.reduce_sum(tf.exp(teacher) * (teacher - student), axis=-1)  # [N]
+    if weights is None:
+        return temperature ** 2 * tf.reduce_mean(kl)
+    weights = tf.cast(weights, tf.float32)
+    return temperature ** 2 * tf.reduce_sum(kl * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)

@@ -38,7 +38,9 @@ MIRRORED = textwrap.dedent("""\
         small = [f"method.{k}={v}" for k, v in methods.method_class(method).test_settings.items()
                  if method != "gcl" or k != "memory_size"]  # (GCL's: the preset's)
         small += {"": [], "ema": ["train.ema_momentum=0.5"],  # gcl+teacher: its regulariser held to the average
-                  "teacher": ["train.ema_momentum=0.5", "method.graph_target=average"]}[variant]
+                  "teacher": ["train.ema_momentum=0.5", "method.graph_target=average"],
+                  "distill": ["train.ema_momentum=0.5", "method.graph_target=average", "method.distill_lambda=5.5"]
+                  }[variant]
         if method == "gcl":  # with its extensions: the head's own term, the loss over the global batch's classes
             small += ["method.own_latent=true", "method.target_loss=present"]
         for mode in ("none", "mirrored"):
@@ -78,7 +80,7 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
 
     names = methods.distributed_names()  # every method that runs distributed: a new one too
     assert {"finetune", "er", "gcl", "derpp", "er_ace"} <= set(names)
-    names += ["er+ema", "gcl+teacher"]  # evaluated with the weights' averages; GCL's edges held to them
+    names += ["er+ema", "gcl+teacher", "gcl+distill"]  # with the weights' averages; GCL held to them, distilling them
 
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED)

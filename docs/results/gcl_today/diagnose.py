@@ -17,7 +17,7 @@ run's TensorBoard events into ``steps.json`` (what results in git keep) and writ
     python docs/results/gcl_today/diagnose.py first_task     # from the folder holding data/cifar10.npz
     python docs/results/gcl_today/diagnose.py short_stream
     python docs/results/gcl_today/diagnose.py table          # the tables only, from what has run
-    python docs/results/gcl_today/diagnose.py seeds --only todays,todays_ema,todays_teacher  # over seeds 0-2
+    python docs/results/gcl_today/diagnose.py seeds --only todays,todays_teacher,todays_distill  # over seeds 0-2
     python docs/results/gcl_today/diagnose.py probe          # what carries the label (first_task)
 
 ``probe`` reads each finished first-task GCL learner (``learner.keras``, kept on the machine that
@@ -143,6 +143,9 @@ VARIANTS["er_ema"] = ["method.name=er", "train.ema_momentum=0.99"]
 #: rule 18: the regulariser held to the weights' average (a momentum teacher) instead of the stored edges
 VARIANTS["todays_teacher"] = ["train.ema_momentum=0.99", "method.graph_target=average"]
 VARIANTS.update({f"todays_teacher_seed{seed}": [*VARIANTS["todays_teacher"], f"seed={seed}"] for seed in (1, 2)})
+#: rule 19: rule 18 with the average's predictions distilled too (MKD's weight and temperature)
+VARIANTS["todays_distill"] = [*VARIANTS["todays_teacher"], "method.distill_lambda=5.5", "method.distill_temperature=4"]
+VARIANTS.update({f"todays_distill_seed{seed}": [*VARIANTS["todays_distill"], f"seed={seed}"] for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
@@ -178,7 +181,8 @@ def run(study: str, only: list[str] | None) -> None:
                      "five_tasks": ["todays", "todays_vote", "todays_vote_present", "todays_seed1", "todays_vote_seed1",
                                     "todays_seed2", "todays_mkd_ocl", "todays_ccl_dc", "todays_torch_init",
                                     "todays_ema", "er_ema", "todays_ema_seed1", "todays_ema_seed2", "todays_teacher",
-                                    "todays_teacher_seed1", "todays_teacher_seed2"]}[study]
+                                    "todays_teacher_seed1", "todays_teacher_seed2", "todays_distill",
+                                    "todays_distill_seed1", "todays_distill_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):

@@ -33,6 +33,14 @@ class Config(MemoryMethodConfig):
     # edges between the same augmented contexts as the weights' moving average sees them this step (a momentum
     # teacher, as MKD distills from; needs train.ema_momentum). Which contexts are held is the paper's rule either way.
     graph_target: Literal["stored", "average"] = "stored"
+    # Distillation of the weights' moving average's predictions (our extension, docs/gcl/todays_rules.md rule 19;
+    # MKD, Michel et al. ICML 2024): distill_lambda * T^2 KL(softmax(t / T) || softmax(s / T)), its mean over the
+    # targets plus its mean over the valid contexts (as the cross-entropies), s the step's logits, t the average's
+    # along its expected graph on the same augmented images (its trunk, heads and kernel; needs train.ema_momentum).
+    # MKD's values: 5.5 and T 4.
+    # 0: none (the paper).
+    distill_lambda: float = field(default=0.0, metadata=value_range(0.0))
+    distill_temperature: float = field(default=4.0, metadata=value_range(0.0, lo_open=True))
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.
@@ -149,11 +157,15 @@ class Config(MemoryMethodConfig):
                                          "from the in-step augmentation", f"{section}.target_views: 1")
 
     def check(self, config) -> None:
-        """The method's own rules and the run's: ``graph_target: average`` needs the weights' average."""
+        """The method's own rules and the run's: ``graph_target: average`` and ``distill_lambda`` need the
+        weights' average."""
         super().check(config)
         if self.graph_target == "average" and config.train.ema_momentum is None:
             raise ConfigError("method.graph_target: average needs the weights' moving average; allowed: "
                               "train.ema_momentum set (e.g. 0.99), or method.graph_target: stored")
+        if self.distill_lambda > 0 and config.train.ema_momentum is None:
+            raise ConfigError(f"method.distill_lambda: {self.distill_lambda} distills the weights' moving average; "
+                              "allowed: train.ema_momentum set (e.g. 0.99), or method.distill_lambda: 0")
 
     def check_settings(self, section: str = "method"):
         """The rules between the method's own keys (``section``: how errors name them)."""

@@ -8,7 +8,9 @@ each step"), a mixin of :class:`~gcl_tf.methods.gcl.model.GCL`.
    targets, the log kernel (:meth:`~Training.log_kernel`), the edge logits E and one relaxed
    Bernoulli graph (:meth:`~Training.sample_training_graph`), the logits along it
    (:meth:`~Training.graph_logits`), the cross-entropies (:meth:`~Training.cross_entropies`) and
-   the graph regulariser L_G over the held contexts (:meth:`~Training.graph_regularization`);
+   the graph regulariser L_G over the held contexts (:meth:`~Training.graph_regularization`) and,
+   with a teacher (``graph_target: average``, ``distill_lambda``), what the weights' moving average
+   answers on the same images (:meth:`~Training.teacher`);
 3. the optimizer's update, skipped whole while no context is valid (the first batch);
 4. the edges the memory keeps (:meth:`~Training.stored_edges`: over all replicas' targets under a
    strategy), the kernel width from the median once (:meth:`~Training.set_width_from_median`), and
@@ -19,7 +21,7 @@ Shapes: ``k`` contexts, ``T`` targets per batch, ``H`` hidden size, ``K`` classe
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -39,7 +41,6 @@ from gcl_tf.methods.gcl.graph import (
     logit_of_exp,
     median_kernel_width,
     median_squared_distance,
-    normalize_embeddings,
     normalize_rows,
     regularized_contexts,
     replaced_source_index,
@@ -48,8 +49,7 @@ from gcl_tf.methods.gcl.graph import (
     update_edge_memory,
     vote_cross_entropy,
 )
-from gcl_tf.optimizers import average_of, averaged_call, averaging_optimizer
-from gcl_tf.precision import float32
+from gcl_tf.optimizers import average_of, averaged_weights, averaging_optimizer, distillation_loss
 
 
 class Edges(NamedTuple):
@@ -61,6 +61,13 @@ class Edges(NamedTuple):
     to_targets: tf.Tensor  # edge logits [k + T, T] (a new sample's edges to the others)
     context_ce: tf.Tensor  # c_i [k], each context's cross-entropy
     regularized: tf.Tensor  # m_i [k] bool, the contexts held by L_G
+
+
+class Teacher(NamedTuple):
+    """What the weights' moving average answers on a step's own images (:meth:`Training.teacher`; no gradient)."""
+
+    context_edges: tf.Tensor  # [k, k] its edge logits between the contexts (graph_target: average)
+    logits: Optional[tf.Tensor]  # [k + T, K] its logits along its expected graph (distill_lambda), else None
 
 
 class Forward(NamedTuple):
@@ -178,17 +185,16 @@ class Training:
                                          [k, y.shape[0]])
         return tf.reduce_mean(target_ce) + tf.reduce_sum(context_ce * valid_f) / tf.maximum(tf.reduce_sum(valid_f), 1.0)
 
-    def graph_regularization(self, logits_e, slots, valid, context_ce, images=None):
+    def graph_regularization(self, logits_e, slots, valid, context_ce, teacher: Optional[Teacher] = None):
         """``(m [k], L_G)``: the contexts held (their loss rose above their best, under
         ``regularize_below``) and the graph regulariser between their current edges and the stored
-        ones (``graph_target: average``: those of the weights' average on this step's ``images``,
-        the contexts then the targets, :meth:`average_edge_logits`)."""
+        ones (``graph_target: average``: the ``teacher``'s, the weights' average's on this step's images)."""
         best = tf.gather(self.memory.best_loss, slots)
         stored = self.stored_edge_logits(slots) if self.reads_stored_edges else None
         regularized = regularized_contexts(valid, best, tf.stop_gradient(context_ce), self.settings.regularize_below,
                                            self.carrying_label(stored, slots, valid))  # m_i
         if self.settings.graph_target == "average":
-            stored = self.average_edge_logits(images, slots.shape[0])
+            stored = teacher.context_edges
         regularizer = context_graph_regularizer_fused if self.settings.fuse_regularizer else context_graph_regularizer
         return regularized, regularizer(logits_e, stored, regularized, self.settings.regularize_self_pairs)
 
@@ -203,15 +209,47 @@ class Training:
         moving average sees them: its trunk in training mode on the step's whole batch (BatchNorm
         over the same images as the learner's pass, its statistics' updates dropped), its edge head
         and kernel width. No gradient."""
+        images = images[:k] if self._per_image_trunk else images  # (no BatchNorm: the contexts alone suffice)
+        with averaged_weights(self, self.teacher_optimizer()):
+            u = self.edge_embeddings(self.trunk(images, training=True)[:k])
+            return tf.stop_gradient(edge_logits(u, u, self.kernel_log_scale))
+
+    def teacher_optimizer(self):
+        """The optimizer that keeps the weights' average a teacher reads; a ConfigError without one."""
         optimizer = averaging_optimizer(self.optimizer)
         if optimizer is None:
-            raise ConfigError("method.graph_target: average needs the weights' moving average; allowed: an "
-                              "optimizer with use_ema=True (train.ema_momentum), or graph_target: stored")
-        images = images[:k] if self._per_image_trunk else images  # (no BatchNorm: the contexts alone suffice)
-        features = averaged_call(self.trunk, optimizer, images, training=True)[:k]
-        u = float32(averaged_call(self.edge_head, optimizer, features))
-        u = normalize_embeddings(u) if self.settings.kernel == "normalized" else u
-        return edge_logits(u, u, tf.stop_gradient(average_of(optimizer, self.kernel_log_scale).value))
+            key, other = (("method.graph_target: average", "graph_target: stored")
+                          if self.settings.graph_target == "average" else
+                          (f"method.distill_lambda: {self.settings.distill_lambda}", "distill_lambda: 0"))
+            raise ConfigError(f"{key} needs the weights' moving average; allowed: an optimizer with use_ema=True "
+                              f"(train.ema_momentum), or {other}")
+        return optimizer
+
+    def teacher(self, contexts, targets, context_labels, valid) -> Optional[Teacher]:
+        """What the weights' moving average answers on the step's own (augmented) contexts and targets,
+        its trunk in training mode on the same batch (BatchNorm over the same images, its statistics'
+        updates dropped): the edges between the contexts (``graph_target: average``) and, with
+        ``distill_lambda``, its logits of every row along its expected graph, the labels it would
+        give them (MKD's teacher, distilled). None when no key reads it. No gradient."""
+        s = self.settings
+        k = contexts.shape[0]
+        if s.distill_lambda == 0:
+            if s.graph_target != "average":
+                return None
+            return Teacher(self.average_edge_logits(tf.concat([contexts, targets], axis=0), k), None)
+        with averaged_weights(self, self.teacher_optimizer()):
+            u, latents = self.embed_step(contexts, targets)
+            logits_e, graph = expected_graph(self.log_kernel(u, k)[2])
+            logits = tf.concat(self.graph_logits(graph, latents, context_labels, valid, k), axis=0)  # [k + T, K]
+            return Teacher(tf.stop_gradient(logits_e[:k]), tf.stop_gradient(logits))
+
+    def distill_loss(self, teacher_logits, context_out, target_out, valid):
+        """The distillation of the ``teacher``'s logits [k + T, K] into the step's (``distill_lambda``,
+        :func:`distillation_loss` at ``distill_temperature``): its mean over the targets plus its mean over
+        the valid contexts, as the cross-entropies weigh them (and as they sum over replicas)."""
+        k, temperature = context_out.shape[0], self.settings.distill_temperature
+        return (distillation_loss(teacher_logits[k:], target_out, temperature)
+                + distillation_loss(teacher_logits[:k], context_out, temperature, valid))
 
     def carrying_label(self, stored_logits, slots, valid):
         """With ``regularize_selective``: the contexts whose stored edges carry their label
@@ -247,9 +285,12 @@ class Training:
         target_labels = tf.tile(y, [self.settings.target_views])  # each view a target with the image's label
         context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
             context_out, target_out, context_labels, target_labels, valid, present)
-        regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce,
-                                                            tf.concat([contexts, targets], axis=0))
+        teacher = self.teacher(contexts, targets, context_labels, valid)
+        regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce, teacher)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
+        if self.settings.distill_lambda > 0:  # the average's predictions distilled (rule 19)
+            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid)
+            context_terms += self.settings.distill_lambda * distill_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
             vote_loss = self.vote_loss(logits_e, context_labels, target_labels, valid, k, present)
             context_terms += self.settings.vote_lambda * vote_loss
@@ -264,6 +305,8 @@ class Training:
                     regularized_fraction=tf.reduce_sum(tf.cast(regularized, tf.float32)) / num_valid)
         if self.settings.vote_lambda > 0:
             logs["vote_loss"] = vote_loss * learning
+        if self.settings.distill_lambda > 0:
+            logs["distill_loss"] = distill_loss * learning
         # logits between all images for the edge memory (no gradient), in two blocks of columns:
         # to the contexts [k + T, k] and to the targets [k + T, T]; of the first view only
         n = k + x.shape[0]
