@@ -32,6 +32,8 @@ ROWS = [
     ("gcl, resnet18, whole memory", "gcl", "resnet18", 20, {"memory_size": 500}),
     # the preset with its regulariser held to the weights' moving average (rule 18; train.ema_momentum below)
     ("gcl, today's preset, held to the average", "gcl", "resnet18", 20, "preset"),
+    # and the average's predictions distilled too (rule 19)
+    ("gcl, today's preset, held to the average, distilled", "gcl", "resnet18", 20, "preset"),
     ("onpro", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
     ("onpro (first task)", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64}),
     ("onpro, rotations 4", "onpro", "resnet18", 20, {"memory_size": 500, "replay_batch_size": 64, "rotations": 4}),
@@ -40,7 +42,9 @@ ROWS = [
 # mixes, rotates and contrasts the replay batch too; its first task's step does not.
 TASK = {"onpro": 1, "onpro, rotations 4": 1}
 # Rows whose method keys need more of the run's config: (its train section's keys, more method keys)
-MORE = {"gcl, today's preset, held to the average": ({"ema_momentum": 0.99}, {"graph_target": "average"})}
+MORE = {"gcl, today's preset, held to the average": ({"ema_momentum": 0.99}, {"graph_target": "average"}),
+        "gcl, today's preset, held to the average, distilled": (
+            {"ema_momentum": 0.99}, {"graph_target": "average", "distill_lambda": 5.5, "distill_temperature": 4.0})}
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "configs", "split_cifar10_ocl.yaml")
 
 
