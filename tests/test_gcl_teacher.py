@@ -185,3 +185,21 @@ def test_distillation_needs_the_average_in_one_line():
     with pytest.raises(ConfigError, match=r"^method.distill_lambda: 5.5 needs the weights' moving average; allowed: an "
                                           r"optimizer with use_ema=True \(train.ema_momentum\), or distill_lambda: 0$"):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(10), verbose=0)
+
+
+def test_distill_targets_false_distills_the_contexts_alone():
+    """Rule 20: the targets' logits get no gradient from the distillation, the valid contexts' do."""
+    import gcl_tf
+
+    rng = np.random.default_rng(2)
+    teacher, contexts, targets = (tf.constant(rng.normal(size=(n, 10)).astype(np.float32)) for n in (14, 10, 4))
+    valid = tf.constant([True] * 8 + [False] * 2)
+    for distill_targets in (True, False):
+        model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16,
+                           distill_lambda=1.0, distill_targets=distill_targets)
+        with tf.GradientTape() as tape:
+            tape.watch([contexts, targets])
+            loss = model.distill_loss(teacher, contexts, targets, valid)
+        to_contexts, to_targets = tape.gradient(loss, [contexts, targets])
+        assert np.abs(to_contexts.numpy()[:8]).min() > 0 and np.abs(to_contexts.numpy()[8:]).max() == 0
+        assert (to_targets is not None and np.abs(to_targets.numpy()).min() > 0) == distill_targets

@@ -146,6 +146,10 @@ VARIANTS.update({f"todays_teacher_seed{seed}": [*VARIANTS["todays_teacher"], f"s
 #: rule 19: rule 18 with the average's predictions distilled too (MKD's weight and temperature)
 VARIANTS["todays_distill"] = [*VARIANTS["todays_teacher"], "method.distill_lambda=5.5", "method.distill_temperature=4"]
 VARIANTS.update({f"todays_distill_seed{seed}": [*VARIANTS["todays_distill"], f"seed={seed}"] for seed in (1, 2)})
+#: rule 20: rule 19 with the contexts' predictions distilled, not the incoming images'
+VARIANTS["todays_distill_contexts"] = [*VARIANTS["todays_distill"], "method.distill_targets=false"]
+VARIANTS.update({f"todays_distill_contexts_seed{seed}": [*VARIANTS["todays_distill_contexts"], f"seed={seed}"]
+                 for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
@@ -182,7 +186,8 @@ def run(study: str, only: list[str] | None) -> None:
                                     "todays_seed2", "todays_mkd_ocl", "todays_ccl_dc", "todays_torch_init",
                                     "todays_ema", "er_ema", "todays_ema_seed1", "todays_ema_seed2", "todays_teacher",
                                     "todays_teacher_seed1", "todays_teacher_seed2", "todays_distill",
-                                    "todays_distill_seed1", "todays_distill_seed2"]}[study]
+                                    "todays_distill_seed1", "todays_distill_seed2", "todays_distill_contexts",
+                                    "todays_distill_contexts_seed1", "todays_distill_contexts_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):

@@ -41,6 +41,11 @@ class Config(MemoryMethodConfig):
     # 0: none (the paper).
     distill_lambda: float = field(default=0.0, metadata=value_range(0.0))
     distill_temperature: float = field(default=4.0, metadata=value_range(0.0, lo_open=True))
+    # Which rows are distilled (rule 20): true, the targets and the contexts (rule 19); false, the contexts (the
+    # memory's images) alone: the incoming images learn their classes from their cross-entropy only, which with
+    # target_loss: present never weighs the old classes, so a teacher that does not know the new ones yet would
+    # hold them down (rule 19 on seed 0: each task learned to 0-16% just after it).
+    distill_targets: bool = True
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.

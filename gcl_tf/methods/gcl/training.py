@@ -246,10 +246,13 @@ class Training:
     def distill_loss(self, teacher_logits, context_out, target_out, valid):
         """The distillation of the ``teacher``'s logits [k + T, K] into the step's (``distill_lambda``,
         :func:`distillation_loss` at ``distill_temperature``): its mean over the targets plus its mean over
-        the valid contexts, as the cross-entropies weigh them (and as they sum over replicas)."""
+        the valid contexts, as the cross-entropies weigh them (and as they sum over replicas); with
+        ``distill_targets: false`` the contexts' mean alone."""
         k, temperature = context_out.shape[0], self.settings.distill_temperature
-        return (distillation_loss(teacher_logits[k:], target_out, temperature)
-                + distillation_loss(teacher_logits[:k], context_out, temperature, valid))
+        contexts = distillation_loss(teacher_logits[:k], context_out, temperature, valid)
+        if not self.settings.distill_targets:
+            return contexts
+        return distillation_loss(teacher_logits[k:], target_out, temperature) + contexts
 
     def carrying_label(self, stored_logits, slots, valid):
         """With ``regularize_selective``: the contexts whose stored edges carry their label
