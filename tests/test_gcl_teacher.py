@@ -177,7 +177,7 @@ def test_distillation_needs_the_average_in_one_line():
 
     with pytest.raises(ConfigError) as info:
         make_config(distill_lambda=5.5)
-    assert str(info.value) == ("method.distill_lambda: 5.5 distills the weights' moving average; allowed: "
+    assert str(info.value) == ("method.distill_lambda: 5.5 needs the weights' moving average; allowed: "
                                "train.ema_momentum set (e.g. 0.99), or method.distill_lambda: 0")
     model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, distill_lambda=5.5)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))

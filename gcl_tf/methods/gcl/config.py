@@ -169,7 +169,7 @@ class Config(MemoryMethodConfig):
             raise ConfigError("method.graph_target: average needs the weights' moving average; allowed: "
                               "train.ema_momentum set (e.g. 0.99), or method.graph_target: stored")
         if self.distill_lambda > 0 and config.train.ema_momentum is None:
-            raise ConfigError(f"method.distill_lambda: {self.distill_lambda} distills the weights' moving average; "
+            raise ConfigError(f"method.distill_lambda: {self.distill_lambda} needs the weights' moving average; "
                               "allowed: train.ema_momentum set (e.g. 0.99), or method.distill_lambda: 0")
 
     def check_settings(self, section: str = "method"):
