@@ -150,6 +150,9 @@ VARIANTS.update({f"todays_distill_seed{seed}": [*VARIANTS["todays_distill"], f"s
 VARIANTS["todays_distill_contexts"] = [*VARIANTS["todays_distill"], "method.distill_targets=false"]
 VARIANTS.update({f"todays_distill_contexts_seed{seed}": [*VARIANTS["todays_distill_contexts"], f"seed={seed}"]
                  for seed in (1, 2)})
+#: rule 21: rule 19 with the incoming images' cross-entropy over every class (MKD's ER with its distillation)
+VARIANTS["todays_mkd_er"] = [*VARIANTS["todays_distill"], "method.target_loss=all"]
+VARIANTS.update({f"todays_mkd_er_seed{seed}": [*VARIANTS["todays_mkd_er"], f"seed={seed}"] for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
@@ -187,7 +190,8 @@ def run(study: str, only: list[str] | None) -> None:
                                     "todays_ema", "er_ema", "todays_ema_seed1", "todays_ema_seed2", "todays_teacher",
                                     "todays_teacher_seed1", "todays_teacher_seed2", "todays_distill",
                                     "todays_distill_seed1", "todays_distill_seed2", "todays_distill_contexts",
-                                    "todays_distill_contexts_seed1", "todays_distill_contexts_seed2"]}[study]
+                                    "todays_distill_contexts_seed1", "todays_distill_contexts_seed2", "todays_mkd_er",
+                                    "todays_mkd_er_seed1", "todays_mkd_er_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):
