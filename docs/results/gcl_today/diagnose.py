@@ -153,6 +153,11 @@ VARIANTS.update({f"todays_distill_contexts_seed{seed}": [*VARIANTS["todays_disti
 #: rule 21: rule 19 with the incoming images' cross-entropy over every class (MKD's ER with its distillation)
 VARIANTS["todays_mkd_er"] = [*VARIANTS["todays_distill"], "method.target_loss=all"]
 VARIANTS.update({f"todays_mkd_er_seed{seed}": [*VARIANTS["todays_mkd_er"], f"seed={seed}"] for seed in (1, 2)})
+#: rule 22: rule 21 with the distillation's pull at most twice the cross-entropy's (lambda T = 2, MKD's 22)
+VARIANTS["todays_mkd_er_half"] = [*VARIANTS["todays_teacher"], "method.distill_lambda=0.5",
+                                  "method.distill_temperature=4", "method.target_loss=all"]
+VARIANTS.update({f"todays_mkd_er_half_seed{seed}": [*VARIANTS["todays_mkd_er_half"], f"seed={seed}"]
+                 for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
@@ -191,7 +196,8 @@ def run(study: str, only: list[str] | None) -> None:
                                     "todays_teacher_seed1", "todays_teacher_seed2", "todays_distill",
                                     "todays_distill_seed1", "todays_distill_seed2", "todays_distill_contexts",
                                     "todays_distill_contexts_seed1", "todays_distill_contexts_seed2", "todays_mkd_er",
-                                    "todays_mkd_er_seed1", "todays_mkd_er_seed2"]}[study]
+                                    "todays_mkd_er_seed1", "todays_mkd_er_seed2", "todays_mkd_er_half",
+                                    "todays_mkd_er_half_seed1", "todays_mkd_er_half_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):
