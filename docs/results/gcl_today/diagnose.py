@@ -366,7 +366,8 @@ def read_predictions(variants: list[str]) -> None:
         path = os.path.join(HERE, study, "predictions.json")
         out = json.load(open(path)) if os.path.exists(path) else {}
         batch = int(config["eval"]["batch_size"])
-        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
+        # with its optimizer: a run that evaluated the weights' average (train.ema_momentum) is read with it
+        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"))
         row = {"results_json_acc": json.load(open(os.path.join(folder, "results.json")))["acc"]}
         for prediction in ("head", "vote", "head_vote", "ncm"):
             with model.evaluation_variant({"test_prediction": prediction}):
@@ -394,7 +395,7 @@ def probe_last_task(folders: list[str]) -> None:
     for folder in folders:
         config = yaml.safe_load(open(os.path.join(folder, "config.yaml")))
         b = config["benchmark"]
-        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"), compile=False)
+        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"))  # the average too, as predictions
         stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path=b["path"]),
                                          num_tasks=b["num_tasks"], seed=config["seed"])
         images, labels = first_examples(stream.tasks[-1].train, 2000)
