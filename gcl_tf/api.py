@@ -86,7 +86,9 @@ def run(config_or_path, output_dir: Optional[str] = None, overwrite: bool = Fals
 def load_model(path, compile: bool = True):
     """``keras.models.load_model(path)`` with every gcl_tf method registered: the learner saved
     by ``model.save(path)`` (or a run's ``DIR/learner.keras``), ready to predict and to go on
-    learning (``compile=False``: without its optimizer)."""
+    learning (``compile=False``: without its optimizer, and so without the weights' moving average
+    that a run with ``train.ema_momentum`` evaluates: such a learner then predicts with its learned
+    weights, not as its run reported)."""
     import keras
 
     from gcl_tf import methods
