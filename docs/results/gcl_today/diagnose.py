@@ -339,11 +339,26 @@ def label_carriers(model, images, labels, within_task: bool) -> dict:
             "effective_neighbours": round(100.0 * spread, 1), "no_edge": round(100.0 * no_edge, 1)}
 
 
+def own_term_tasks(model, x, y, batch: int) -> list[float]:
+    """Each task's accuracy (%, two classes a task) of the head's own term alone (``own_latent``:
+    W_own ReLU(l) of each image, no graph), as the model evaluates (with the average, if any)."""
+    import numpy as np
+
+    from gcl_tf.data.streams import to_float
+
+    with model.evaluation_scope():
+        latents = [model.embed(to_float(x[i:i + batch]), training=False)[1] for i in range(0, len(x), batch)]
+        predicted = np.concatenate([np.argmax(model.own_logits(latent), -1) for latent in latents])
+    task = y // 2
+    return [float(100 * np.mean(predicted[task == t] == y[task == t])) for t in range(int(task.max()) + 1)]
+
+
 def read_predictions(variants: list[str]) -> None:
     """Rules 10 and 11: each finished learner (``variants``: a three-task run's name, or
     ``five_tasks/NAME``; learner.keras kept) on its own validation images, read by the head (as its
-    run evaluated it: the check), the vote, the two together (``head_vote``) and the nearest class
-    mean (``ncm``); ACC is the mean over the tasks; into ``predictions.json`` of the study's folder."""
+    run evaluated it: the check), the vote, the two together (``head_vote``), the nearest class
+    mean (``ncm``) and the head's own term alone (``own_term``); ACC is the mean over the tasks; into
+    ``predictions.json`` of the study's folder."""
     import numpy as np
     import yaml
 
@@ -373,6 +388,9 @@ def read_predictions(variants: list[str]) -> None:
             with model.evaluation_variant({"test_prediction": prediction}):
                 tasks = accuracies(model, x, y, 2, batch)["tasks"]
             row[prediction] = {"acc": float(np.mean(tasks)), "tasks": tasks}
+        if model.own_latent:  # the head's own term alone (rule 24's reading)
+            tasks = own_term_tasks(model, x, y, batch)
+            row["own_term"] = {"acc": float(np.mean(tasks)), "tasks": tasks}
         out[variant] = row
         print(name, json.dumps(row), flush=True)
         with open(path, "w") as f:
@@ -395,16 +413,18 @@ def probe_last_task(folders: list[str]) -> None:
     for folder in folders:
         config = yaml.safe_load(open(os.path.join(folder, "config.yaml")))
         b = config["benchmark"]
-        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"))  # the average too, as predictions
+        model = gcl_tf.load_model(os.path.join(folder, "learner.keras"))  # with its optimizer: the average
         stream = gcl_tf.benchmarks.split(gcl_tf.data.load("cifar10", source="npz", path=b["path"]),
                                          num_tasks=b["num_tasks"], seed=config["seed"])
         images, labels = first_examples(stream.tasks[-1].train, 2000)
         memory = model.memory.labels[:int(model.memory.num_filled.numpy())].numpy()
         name = os.path.relpath(os.path.abspath(folder), ROOT)
+        with model.evaluation_scope():  # the weights the run evaluated (train.ema_momentum: their average)
+            carriers = {f"{k}_classes" if k == "all" else k: label_carriers(model, images, labels, k == "within_task")
+                        for k in ("all", "within_task")}
+        share = round(100.0 * float(np.isin(memory, np.unique(labels)).mean()), 1)
         out[name] = {"memory_size": config["method"]["memory_size"], "task_classes": np.unique(labels).tolist(),
-                     "all_classes": label_carriers(model, images, labels, within_task=False),
-                     "within_task": label_carriers(model, images, labels, within_task=True),
-                     "memory_share_of_task": round(100.0 * float(np.isin(memory, np.unique(labels)).mean()), 1)}
+                     **carriers, "memory_share_of_task": share}
         print(name, out[name], flush=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
