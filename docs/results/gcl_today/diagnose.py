@@ -310,7 +310,8 @@ def probe_learner(folder: str) -> dict:
 def label_carriers(model, images, labels, within_task: bool) -> dict:
     """The head's accuracy on ``images`` and its parts' (%): as evaluated on the expected graph, the
     graph's term alone, the own term alone, the memory's vote; among the task's classes
-    (``within_task``) or all; and the share of the memory a row weighs alike (effective neighbours)."""
+    (``within_task``) or all; the share of the memory a row weighs alike (effective neighbours); and
+    each term's lift: the mean logit of the task's classes minus the other classes'."""
     import numpy as np
     import tensorflow as tf
 
@@ -333,10 +334,15 @@ def label_carriers(model, images, labels, within_task: bool) -> dict:
         mask = mask if within_task else np.zeros(model.num_classes)
         return round(100.0 * float(np.mean(np.argmax(np.asarray(logits) + mask, 1) == labels)), 1)
 
+    def lift(logits):  # the task's classes' mean logit over the other classes' (rule 24's reading)
+        task = np.isin(np.arange(model.num_classes), labels)
+        return round(float(np.mean(np.asarray(logits)[:, task]) - np.mean(np.asarray(logits)[:, ~task])), 2)
+
     no_edge, spread = neighbourhoods(graph.numpy())
     return {"head": acc(graph_part if own is None else graph_part + own), "graph_term": acc(graph_part),
             "own_term": None if own is None else acc(own), "vote": acc(vote),
-            "effective_neighbours": round(100.0 * spread, 1), "no_edge": round(100.0 * no_edge, 1)}
+            "effective_neighbours": round(100.0 * spread, 1), "no_edge": round(100.0 * no_edge, 1),
+            "graph_term_lift": lift(graph_part), "own_term_lift": None if own is None else lift(own)}
 
 
 def own_term_tasks(model, x, y, batch: int) -> list[float]:
