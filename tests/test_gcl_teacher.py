@@ -203,3 +203,43 @@ def test_distill_targets_false_distills_the_contexts_alone():
         to_contexts, to_targets = tape.gradient(loss, [contexts, targets])
         assert np.abs(to_contexts.numpy()[:8]).min() > 0 and np.abs(to_contexts.numpy()[8:]).max() == 0
         assert (to_targets is not None and np.abs(to_targets.numpy()).min() > 0) == distill_targets
+
+
+def test_distill_graph_term_false_trains_the_own_term_alone():
+    """Rule 25: the same distillation loss, its gradient through the own term only (the graph's term a constant)."""
+    import gcl_tf
+
+    rng = np.random.default_rng(3)
+    teacher, graph, own = (tf.constant(rng.normal(size=(14, 10)).astype(np.float32)) for _ in range(3))
+    valid = tf.constant([True] * 8 + [False] * 2)
+    model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, distill_lambda=1.0)
+    losses = []
+    for part in (None, own):
+        with tf.GradientTape() as tape:
+            tape.watch([graph, own])
+            out = graph + own
+            losses.append(model.distill_loss(teacher, out[:10], out[10:], valid, part))
+        to_graph, to_own = tape.gradient(losses[-1], [graph, own])
+        assert np.abs(to_own.numpy()[8:10]).max() == 0 and np.abs(to_own.numpy()[:8]).min() > 0
+        assert (to_graph is None or np.abs(to_graph.numpy()).max() == 0) == (part is not None)
+    np.testing.assert_allclose(losses[0].numpy(), losses[1].numpy(), rtol=1e-6)
+
+
+def test_the_step_distills_through_the_own_head_alone_when_asked():
+    """With ``distill_graph_term: false`` the graph's head (output_head) gets no gradient from the step's
+    distillation; the own head does, and with the default both do."""
+    x, y = tf.constant(np.random.default_rng(4).random((10, 8, 8, 1), dtype=np.float32)), tf.range(10) % 10
+    for graph_term in (True, False):
+        model, _ = teacher_gcl(distill_lambda=1.0, distill_graph_term=graph_term)
+        with tf.GradientTape() as tape:
+            distilled = model.training_forward(x, y).logs["distill_loss"]
+        to_graph, to_own = tape.gradient(distilled, [model.output_head.kernel, model.own_head.kernel])
+        assert np.abs(to_own.numpy()).max() > 0
+        assert (to_graph is not None and np.abs(to_graph.numpy()).max() > 0) == graph_term
+
+
+def test_distill_graph_term_false_needs_the_own_term_in_one_line():
+    with pytest.raises(ConfigError, match=r"^method.distill_graph_term: false needs method.own_latent: true \(the "
+                                          r"head's own term, which the distillation then trains alone\); allowed: "
+                                          r"distill_graph_term: true$"):
+        make_config(own_latent=False, distill_graph_term=False)

@@ -161,6 +161,9 @@ VARIANTS.update({f"todays_mkd_er_half_seed{seed}": [*VARIANTS["todays_mkd_er_hal
 #: rule 23: rule 22 with the contexts' predictions distilled, the incoming images' left to their full cross-entropy
 VARIANTS["todays_mkd_er_ctx"] = [*VARIANTS["todays_mkd_er_half"], "method.distill_targets=false"]
 VARIANTS.update({f"todays_mkd_er_ctx_seed{seed}": [*VARIANTS["todays_mkd_er_ctx"], f"seed={seed}"] for seed in (1, 2)})
+#: rule 25: rule 22 with the distillation through the head's own term alone (the graph's prior not distilled)
+VARIANTS["todays_mkd_er_own"] = [*VARIANTS["todays_mkd_er_half"], "method.distill_graph_term=false"]
+VARIANTS.update({f"todays_mkd_er_own_seed{seed}": [*VARIANTS["todays_mkd_er_own"], f"seed={seed}"] for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
@@ -201,7 +204,8 @@ def run(study: str, only: list[str] | None) -> None:
                                     "todays_distill_contexts_seed1", "todays_distill_contexts_seed2", "todays_mkd_er",
                                     "todays_mkd_er_seed1", "todays_mkd_er_seed2", "todays_mkd_er_half",
                                     "todays_mkd_er_half_seed1", "todays_mkd_er_half_seed2", "todays_mkd_er_ctx_seed1",
-                                    "todays_mkd_er_ctx", "todays_mkd_er_ctx_seed2"]}[study]
+                                    "todays_mkd_er_ctx", "todays_mkd_er_ctx_seed2", "todays_mkd_er_own_seed1",
+                                    "todays_mkd_er_own", "todays_mkd_er_own_seed2"]}[study]
     for variant in names:
         folder = os.path.join(HERE, study, variant)
         if os.path.exists(os.path.join(folder, "results.json")) and os.path.exists(os.path.join(folder, "steps.json")):

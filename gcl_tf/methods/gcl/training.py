@@ -71,8 +71,7 @@ class Teacher(NamedTuple):
 
 
 class Forward(NamedTuple):
-    """:meth:`Training.training_forward`'s answer: the loss terms to log, this replica's share of
-    the loss (what the gradients are of) and the edges for the memory."""
+    """:meth:`Training.training_forward`'s answer: the terms to log, this replica's share of the loss, the edges."""
 
     logs: dict  # loss, target_loss, context_loss, graph_loss, regularized_fraction
     replica_loss: tf.Tensor
@@ -84,11 +83,8 @@ class Training:
 
     # -------------------------------------------------------------- the contexts
     def select_contexts(self):
-        """The memory slots attended to this step: ``(slots [k] int32, valid [k] bool)``.
-
-        The whole memory (k = M, valid = filled), or ``context_batch`` slots drawn uniformly
-        without replacement among the filled ones. Valid entries always come first.
-        """
+        """The memory slots attended to this step, ``(slots [k] int32, valid [k] bool)``: the whole memory
+        (k = M, valid = filled), or ``context_batch`` filled slots drawn uniformly without replacement, valid first."""
         filled = self.memory.filled()
         if self.num_contexts == self.capacity:
             return tf.range(self.capacity, dtype=tf.int32), filled
@@ -127,9 +123,8 @@ class Training:
         if not self.settings.stochastic_graphs:
             return expected_graph(log_k)
         s = self.settings
-        inverse_temperature = tf.concat(
-            [tf.fill([k, 1], 1.0 / s.context_temperature), tf.fill([T, 1], 1.0 / s.target_temperature)], axis=0
-        )  # [k + T, 1]
+        inverse_temperature = tf.concat([tf.fill([k, 1], 1.0 / s.context_temperature),
+                                         tf.fill([T, 1], 1.0 / s.target_temperature)], axis=0)  # [k + T, 1]
         return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
 
     def training_graph(self, log_k, valid, seed):
@@ -243,12 +238,16 @@ class Training:
             logits = tf.concat(self.graph_logits(graph, latents, context_labels, valid, k), axis=0)  # [k + T, K]
             return Teacher(tf.stop_gradient(logits_e[:k]), tf.stop_gradient(logits))
 
-    def distill_loss(self, teacher_logits, context_out, target_out, valid):
+    def distill_loss(self, teacher_logits, context_out, target_out, valid, own=None):
         """The distillation of the ``teacher``'s logits [k + T, K] into the step's (``distill_lambda``,
         :func:`distillation_loss` at ``distill_temperature``): its mean over the targets plus its mean over
         the valid contexts, as the cross-entropies weigh them (and as they sum over replicas); with
-        ``distill_targets: false`` the contexts' mean alone."""
+        ``distill_targets: false`` the contexts' mean alone. ``own`` [k + T, K], the own term's part of the
+        step's logits (``distill_graph_term: false``): the graph's term then gets no gradient from it."""
         k, temperature = context_out.shape[0], self.settings.distill_temperature
+        if own is not None:  # the same logits, with the gradient through the own term alone
+            context_out, target_out = (tf.stop_gradient(out - part) + part
+                                       for out, part in zip((context_out, target_out), tf.split(own, [k, -1])))
         contexts = distillation_loss(teacher_logits[:k], context_out, temperature, valid)
         if not self.settings.distill_targets:
             return contexts
@@ -292,7 +291,8 @@ class Training:
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce, teacher)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         if self.settings.distill_lambda > 0:  # the average's predictions distilled (rule 19)
-            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid)
+            own = None if self.settings.distill_graph_term else self.own_logits(latents)
+            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid, own)
             context_terms += self.settings.distill_lambda * distill_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
             vote_loss = self.vote_loss(logits_e, context_labels, target_labels, valid, k, present)
