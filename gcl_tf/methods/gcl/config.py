@@ -48,7 +48,8 @@ class Config(MemoryMethodConfig):
     distill_targets: bool = True
     # Which part of the head the distillation trains (rule 25): true, all of it (MKD); false, the own term alone
     # (own_latent): the graph's term, a prior over the classes on a near-uniform graph, gets no gradient from it
-    # (distilled, that prior turned against the newest classes: docs/gcl/todays_rules.md, rule 24's reading).
+    # (distilled, that prior turned against the newest classes: docs/gcl/todays_rules.md, rule 24's reading). On the
+    # today's ResNet-18 it diverged (rule 25: 10.0 on validation seed 1): kept for that reading, not advised.
     distill_graph_term: bool = True
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
