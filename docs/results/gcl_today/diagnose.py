@@ -430,11 +430,11 @@ def probe_last_task(folders: list[str]) -> None:
         memory = model.memory.labels[:int(model.memory.num_filled.numpy())].numpy()
         name = os.path.relpath(os.path.abspath(folder), ROOT)
         with model.evaluation_scope():  # the weights the run evaluated (train.ema_momentum: their average)
-            carriers = {f"{k}_classes" if k == "all" else k: label_carriers(model, images, labels, k == "within_task")
-                        for k in ("all", "within_task")}
-        share = round(100.0 * float(np.isin(memory, np.unique(labels)).mean()), 1)
+            all_classes = label_carriers(model, images, labels, within_task=False)
+            within_task = label_carriers(model, images, labels, within_task=True)
         out[name] = {"memory_size": config["method"]["memory_size"], "task_classes": np.unique(labels).tolist(),
-                     **carriers, "memory_share_of_task": share}
+                     "all_classes": all_classes, "within_task": within_task,
+                     "memory_share_of_task": round(100.0 * float(np.isin(memory, np.unique(labels)).mean()), 1)}
         print(name, out[name], flush=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)

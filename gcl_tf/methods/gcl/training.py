@@ -128,9 +128,8 @@ class Training:
         return sampled_graph(log_k, self.training_noise(k, T, seed), inverse_temperature)
 
     def training_graph(self, log_k, valid, seed):
-        """The sampled training graph as the paper writes it: self-edges of contexts and invalid
-        contexts removed, rows normalised [k + T, k]. (The step itself aggregates the sample
-        and normalises after the GEMM, :meth:`aggregate`: the same Z.)"""
+        """The sampled training graph as the paper writes it: self-edges of contexts and invalid contexts removed,
+        rows normalised [k + T, k] (the step aggregates the sample and normalises after the GEMM: the same Z)."""
         return normalize_rows(self.sample_training_graph(log_k, seed)[1], valid[None, :])
 
     def stored_edge_logits(self, slots):
@@ -144,11 +143,11 @@ class Training:
         return tf.stop_gradient(edge_logits(stored, stored, self.kernel_log_scale))
 
     # -------------------------------------------------------------- the loss (docs/gcl.md, steps 7-8, "Loss")
-    def graph_logits(self, graph, latents, context_labels, valid, k: int):
-        """Logits of the contexts [k, K] and of the targets [T, K]: Z = normalised graph @ V,
-        then the output head on ReLU(Z) (plus the own head's term, with ``own_latent``)."""
+    def graph_logits(self, graph, latents, context_labels, valid, k: int, own=None):
+        """Logits of the contexts [k, K] and of the targets [T, K]: Z = normalised graph @ V, then the output
+        head on ReLU(Z) (plus the own head's term with ``own_latent``: ``own``, or computed when None)."""
         values = self.context_values(tf.split(latents, [k, latents.shape[0] - k])[0], context_labels, valid)
-        out = self.classify(graph, values, self.own_logits(latents))  # [k + T, K]
+        out = self.classify(graph, values, self.own_logits(latents) if own is None else own)  # [k + T, K]
         return tf.split(out, [k, latents.shape[0] - k])
 
     def cross_entropies(self, context_out, target_out, context_labels, y, valid, present):
@@ -283,7 +282,8 @@ class Training:
         u, latents = self.embed_step(contexts, targets)  # [k + V T, H] each
         rows, target_cols, log_k = self.log_kernel(u, k)
         logits_e, graph = self.sample_training_graph(log_k, seed)  # E and the raw sample, no self-edges
-        context_out, target_out = self.graph_logits(graph, latents, context_labels, valid, k)
+        own = self.own_logits(latents)  # [k + V T, K] or None: the own head's term, once
+        context_out, target_out = self.graph_logits(graph, latents, context_labels, valid, k, own)
         target_labels = tf.tile(y, [self.settings.target_views])  # each view a target with the image's label
         context_ce, context_loss, target_loss, num_valid = self.cross_entropies(
             context_out, target_out, context_labels, target_labels, valid, present)
@@ -291,8 +291,8 @@ class Training:
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce, teacher)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         if self.settings.distill_lambda > 0:  # the average's predictions distilled (rule 19)
-            own = None if self.settings.distill_graph_term else self.own_logits(latents)
-            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid, own)
+            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid,
+                                             None if self.settings.distill_graph_term else own)
             context_terms += self.settings.distill_lambda * distill_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
             vote_loss = self.vote_loss(logits_e, context_labels, target_labels, valid, k, present)
