@@ -205,41 +205,63 @@ def test_distill_targets_false_distills_the_contexts_alone():
         assert (to_targets is not None and np.abs(to_targets.numpy()).min() > 0) == distill_targets
 
 
-def test_distill_graph_term_false_trains_the_own_term_alone():
-    """Rule 25: the same distillation loss, its gradient through the own term only (the graph's term a constant)."""
+def test_distill_part_chooses_what_is_distilled_and_what_learns_from_it():
+    """head: the step's logits (graph term + own term) to the teacher's, both terms learn; own_gradient (rule 25):
+    the same loss, the graph's term a constant; own (rule 26): the own term alone to the teacher's."""
     import gcl_tf
+    from gcl_tf.optimizers import distillation_loss
 
     rng = np.random.default_rng(3)
     teacher, graph, own = (tf.constant(rng.normal(size=(14, 10)).astype(np.float32)) for _ in range(3))
     valid = tf.constant([True] * 8 + [False] * 2)
-    model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, distill_lambda=1.0)
-    losses = []
-    for part in (None, own):
+    losses = {}
+    for part in ("head", "own_gradient", "own"):
+        model = gcl_tf.GCL(num_classes=10, input_shape=(8, 8, 1), memory_size=20, hidden_size=16, distill_lambda=1.0,
+                           distill_part=part)
         with tf.GradientTape() as tape:
             tape.watch([graph, own])
             out = graph + own
-            losses.append(model.distill_loss(teacher, out[:10], out[10:], valid, part))
-        to_graph, to_own = tape.gradient(losses[-1], [graph, own])
+            losses[part] = model.distill_loss(teacher, out[:10], out[10:], valid, own)
+        to_graph, to_own = tape.gradient(losses[part], [graph, own])
         assert np.abs(to_own.numpy()[8:10]).max() == 0 and np.abs(to_own.numpy()[:8]).min() > 0
-        assert (to_graph is None or np.abs(to_graph.numpy()).max() == 0) == (part is not None)
-    np.testing.assert_allclose(losses[0].numpy(), losses[1].numpy(), rtol=1e-6)
+        assert (to_graph is None or np.abs(to_graph.numpy()).max() == 0) == (part != "head")
+    np.testing.assert_allclose(losses["head"].numpy(), losses["own_gradient"].numpy(), rtol=1e-6)
+    alone = distillation_loss(teacher[:10], own[:10], 4.0, valid) + distillation_loss(teacher[10:], own[10:], 4.0)
+    np.testing.assert_allclose(losses["own"].numpy(), alone.numpy(), rtol=1e-6)
+    assert abs(losses["own"].numpy() - losses["head"].numpy()) > 1e-2
+
+
+def test_the_own_teacher_is_the_averaged_own_term():
+    """distill_part: own: the teacher's logits are the averaged model's own head on its own latents."""
+    from gcl_tf.optimizers import averages_in_place
+
+    model, _ = teacher_gcl(distill_lambda=1.0, distill_part="own")
+    rng = np.random.default_rng(1)
+    contexts, targets = (tf.constant(rng.random((n, 8, 8, 1), dtype=np.float32)) for n in (10, 4))
+    labels, valid = tf.constant(np.arange(10) % 10), tf.constant([True] * 8 + [False] * 2)
+    got = model.teacher(contexts, targets, labels, valid).logits.numpy()
+    with averages_in_place(model.optimizer):
+        want = model.own_logits(model.embed_step(contexts, targets)[1]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert np.abs(model.own_logits(model.embed_step(contexts, targets)[1]).numpy() - want).max() > 1e-2
 
 
 def test_the_step_distills_through_the_own_head_alone_when_asked():
-    """With ``distill_graph_term: false`` the graph's head (output_head) gets no gradient from the step's
-    distillation; the own head does, and with the default both do."""
+    """With ``distill_part`` own_gradient or own the graph's head (output_head) gets no gradient from the step's
+    distillation; the own head does, and with the default (head) both do."""
     x, y = tf.constant(np.random.default_rng(4).random((10, 8, 8, 1), dtype=np.float32)), tf.range(10) % 10
-    for graph_term in (True, False):
-        model, _ = teacher_gcl(distill_lambda=1.0, distill_graph_term=graph_term)
+    for part in ("head", "own_gradient", "own"):
+        model, _ = teacher_gcl(distill_lambda=1.0, distill_part=part)
         with tf.GradientTape() as tape:
             distilled = model.training_forward(x, y).logs["distill_loss"]
         to_graph, to_own = tape.gradient(distilled, [model.output_head.kernel, model.own_head.kernel])
         assert np.abs(to_own.numpy()).max() > 0
-        assert (to_graph is not None and np.abs(to_graph.numpy()).max() > 0) == graph_term
+        assert (to_graph is not None and np.abs(to_graph.numpy()).max() > 0) == (part == "head")
 
 
-def test_distill_graph_term_false_needs_the_own_term_in_one_line():
-    with pytest.raises(ConfigError, match=r"^method.distill_graph_term: false needs method.own_latent: true \(the "
+@pytest.mark.parametrize("part", ["own_gradient", "own"])
+def test_distilling_the_own_term_needs_it_in_one_line(part):
+    with pytest.raises(ConfigError, match=rf"^method.distill_part: {part} needs method.own_latent: true \(the "
                                           r"head's own term, which the distillation then trains alone\); allowed: "
-                                          r"distill_graph_term: true$"):
-        make_config(own_latent=False, distill_graph_term=False)
+                                          r"distill_part: head$"):
+        make_config(own_latent=False, distill_part=part)

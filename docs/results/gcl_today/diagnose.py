@@ -162,8 +162,12 @@ VARIANTS.update({f"todays_mkd_er_half_seed{seed}": [*VARIANTS["todays_mkd_er_hal
 VARIANTS["todays_mkd_er_ctx"] = [*VARIANTS["todays_mkd_er_half"], "method.distill_targets=false"]
 VARIANTS.update({f"todays_mkd_er_ctx_seed{seed}": [*VARIANTS["todays_mkd_er_ctx"], f"seed={seed}"] for seed in (1, 2)})
 #: rule 25: rule 22 with the distillation through the head's own term alone (the graph's prior not distilled)
-VARIANTS["todays_mkd_er_own"] = [*VARIANTS["todays_mkd_er_half"], "method.distill_graph_term=false"]
+VARIANTS["todays_mkd_er_own"] = [*VARIANTS["todays_mkd_er_half"], "method.distill_part=own_gradient"]
 VARIANTS.update({f"todays_mkd_er_own_seed{seed}": [*VARIANTS["todays_mkd_er_own"], f"seed={seed}"] for seed in (1, 2)})
+#: rule 26: rule 22 with the own term's logits distilled to the average's own term's (the graph's term left alone)
+VARIANTS["todays_mkd_er_ownterm"] = [*VARIANTS["todays_mkd_er_half"], "method.distill_part=own"]
+VARIANTS.update({f"todays_mkd_er_ownterm_seed{seed}": [*VARIANTS["todays_mkd_er_ownterm"], f"seed={seed}"]
+                 for seed in (1, 2)})
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",

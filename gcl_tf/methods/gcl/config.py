@@ -46,11 +46,13 @@ class Config(MemoryMethodConfig):
     # target_loss: present never weighs the old classes, so a teacher that does not know the new ones yet would
     # hold them down (rule 19 on seed 0: each task learned to 0-16% just after it).
     distill_targets: bool = True
-    # Which part of the head the distillation trains (rule 25): true, all of it (MKD); false, the own term alone
-    # (own_latent): the graph's term, a prior over the classes on a near-uniform graph, gets no gradient from it
-    # (distilled, that prior turned against the newest classes: docs/gcl/todays_rules.md, rule 24's reading). On the
-    # today's ResNet-18 it diverged (rule 25: 10.0 on validation seed 1): kept for that reading, not advised.
-    distill_graph_term: bool = True
+    # What the distillation compares (rules 25, 26): head, the step's logits with the average's (MKD); own_gradient,
+    # the same loss with its gradient through the head's own term alone (rule 25: it diverged on the today's
+    # ResNet-18, 10.0 on validation seed 1; kept for that reading, not advised); own, the own term's logits with the
+    # average's own term's (rule 26): the graph's term, a prior over the classes on a near-uniform graph that the
+    # distillation turned against the newest classes (docs/gcl/todays_rules.md, rule 24's reading), is left to the
+    # cross-entropies. own_gradient and own need own_latent.
+    distill_part: Literal["head", "own_gradient", "own"] = "head"
     # The regulariser's cold start (our extension, docs/gcl.md): a context's stored edges are
     # held only once the context has been learned, i.e. its best context loss (cross-entropy,
     # nats) is below this value; until then its stored edges follow the current ones.
@@ -183,9 +185,9 @@ class Config(MemoryMethodConfig):
             if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                 raise ConfigError(f"{section}.also_test_graph_samples: {k!r} is not allowed; "
                                   "allowed: a list of whole numbers of 1 or more")
-        if not self.distill_graph_term and not self.own_latent:
-            raise ConfigError(f"{section}.distill_graph_term: false needs {section}.own_latent: true (the head's own "
-                              "term, which the distillation then trains alone); allowed: distill_graph_term: true")
+        if self.distill_part != "head" and not self.own_latent:
+            raise ConfigError(f"{section}.distill_part: {self.distill_part} needs {section}.own_latent: true (the "
+                              "head's own term, which the distillation then trains alone); allowed: distill_part: head")
         if self.context_batch is not None:
             if self.edge_memory != "embeddings":
                 raise ConfigError(

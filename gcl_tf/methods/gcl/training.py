@@ -101,11 +101,9 @@ class Training:
         return rows, target_cols, tf.matmul(rows, context_cols, transpose_b=True)  # [k + T, k]: G then A
 
     def training_noise(self, k, T, seed):
-        """The logistic noise of one training graph [k + T, k] (T: the targets, every view's).
-
-        On R replicas it is drawn for the global batch (k + R T rows) and each replica takes the
-        rows of its own targets (:func:`replica_noise_rows`): the graphs of a single-device run, sliced.
-        """
+        """The logistic noise of one training graph [k + T, k] (T: the targets, every view's). On R replicas
+        it is drawn for the global batch (k + R T rows) and each replica takes the rows of its own targets
+        (:func:`replica_noise_rows`): the graphs of a single-device run, sliced."""
         replicas = num_replicas()
         noise = logistic_noise([k + replicas * T, k], seed)  # [k + R T, k]
         if replicas > 1:
@@ -118,8 +116,7 @@ class Training:
         kernel [k + T, k] (rows: contexts (G), then targets (A)), with the context and target
         temperatures: ``(E, graph)`` [k + T, k], the contexts' self-edges removed, not masked,
         not normalised."""
-        k = log_k.shape[1]
-        T = log_k.shape[0] - k
+        k, T = log_k.shape[1], log_k.shape[0] - log_k.shape[1]
         if not self.settings.stochastic_graphs:
             return expected_graph(log_k)
         s = self.settings
@@ -234,7 +231,8 @@ class Training:
         with averaged_weights(self, self.teacher_optimizer()):
             u, latents = self.embed_step(contexts, targets)
             logits_e, graph = expected_graph(self.log_kernel(u, k)[2])
-            logits = tf.concat(self.graph_logits(graph, latents, context_labels, valid, k), axis=0)  # [k + T, K]
+            logits = (self.own_logits(latents) if s.distill_part == "own" else  # [k + T, K]
+                      tf.concat(self.graph_logits(graph, latents, context_labels, valid, k), axis=0))
             return Teacher(tf.stop_gradient(logits_e[:k]), tf.stop_gradient(logits))
 
     def distill_loss(self, teacher_logits, context_out, target_out, valid, own=None):
@@ -242,11 +240,14 @@ class Training:
         :func:`distillation_loss` at ``distill_temperature``): its mean over the targets plus its mean over
         the valid contexts, as the cross-entropies weigh them (and as they sum over replicas); with
         ``distill_targets: false`` the contexts' mean alone. ``own`` [k + T, K], the own term's part of the
-        step's logits (``distill_graph_term: false``): the graph's term then gets no gradient from it."""
-        k, temperature = context_out.shape[0], self.settings.distill_temperature
-        if own is not None:  # the same logits, with the gradient through the own term alone
-            context_out, target_out = (tf.stop_gradient(out - part) + part
-                                       for out, part in zip((context_out, target_out), tf.split(own, [k, -1])))
+        step's logits: with ``distill_part: own`` what is distilled (the teacher's are its own term's too),
+        with ``own_gradient`` the only path of the gradient; either way the graph's term gets none."""
+        k, temperature, part = context_out.shape[0], self.settings.distill_temperature, self.settings.distill_part
+        if part == "own":
+            context_out, target_out = tf.split(own, [k, -1])
+        elif part == "own_gradient":  # the step's logits, with the gradient through the own term alone
+            context_out, target_out = (tf.stop_gradient(out - term) + term
+                                       for out, term in zip((context_out, target_out), tf.split(own, [k, -1])))
         contexts = distillation_loss(teacher_logits[:k], context_out, temperature, valid)
         if not self.settings.distill_targets:
             return contexts
@@ -291,8 +292,7 @@ class Training:
         regularized, graph_loss = self.graph_regularization(logits_e, slots, valid, context_ce, teacher)
         context_terms = self.settings.context_lambda * context_loss + self.settings.graph_lambda * graph_loss
         if self.settings.distill_lambda > 0:  # the average's predictions distilled (rule 19)
-            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid,
-                                             None if self.settings.distill_graph_term else own)
+            distill_loss = self.distill_loss(teacher.logits, context_out, target_out, valid, own)
             context_terms += self.settings.distill_lambda * distill_loss
         if self.settings.vote_lambda > 0:  # the graph's own vote for the label (rule 13)
             vote_loss = self.vote_loss(logits_e, context_labels, target_labels, valid, k, present)
