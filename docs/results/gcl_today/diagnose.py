@@ -371,7 +371,8 @@ def read_predictions(variants: list[str]) -> None:
     """Rules 10 and 11: each finished learner (``variants``: a three-task run's name, or
     ``five_tasks/NAME``; learner.keras kept) on its own validation images, read by the head (as its
     run evaluated it: the check), the vote, the two together (``head_vote``), the nearest class
-    mean (``ncm``) and the head's own term alone (``own_term``); ACC is the mean over the tasks; into
+    mean (``ncm``), the head with the memory's BatchNorm statistics (``memory_batchnorm``, rule 27)
+    and the head's own term alone (``own_term``); ACC is the mean over the tasks; into
     ``predictions.json`` of the study's folder."""
     import numpy as np
     import yaml
@@ -402,6 +403,9 @@ def read_predictions(variants: list[str]) -> None:
             with model.evaluation_variant({"test_prediction": prediction}):
                 tasks = accuracies(model, x, y, 2, batch)["tasks"]
             row[prediction] = {"acc": float(np.mean(tasks)), "tasks": tasks}
+        with model.evaluation_variant({"test_batchnorm": "memory"}):  # the memory's BatchNorm statistics (rule 27)
+            tasks = accuracies(model, x, y, 2, batch)["tasks"]
+        row["memory_batchnorm"] = {"acc": float(np.mean(tasks)), "tasks": tasks}
         if model.own_latent:  # the head's own term alone (rule 24's reading)
             tasks = own_term_tasks(model, x, y, batch)
             row["own_term"] = {"acc": float(np.mean(tasks)), "tasks": tasks}

@@ -4,6 +4,7 @@ embeddings once per evaluation), and the artifacts the figures read (the expecte
 the penultimate features). Mixed into :class:`~gcl_tf.methods.gcl.model.GCL`."""
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 
@@ -11,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from gcl_tf import salts
+from gcl_tf.batchnorm import statistics_of
 from gcl_tf.data.streams import to_float
 from gcl_tf.distribute import num_replicas, replica_id
 from gcl_tf.memory import step_seed
@@ -85,12 +87,19 @@ class Prediction:
         return u_c, self.context_values(l_c, self.memory.labels, self.memory.filled())
 
     def on_evaluation_begin(self) -> None:
+        if self.settings.test_batchnorm == "memory":  # before anything reads the trunk (the cache below)
+            filled = self.memory.images[:int(self.memory.num_filled.numpy())]
+            self._batchnorm = contextlib.ExitStack()
+            self._batchnorm.enter_context(statistics_of(self.trunk, filled))
         if self._contexts is not None:
             self._contexts.open()
 
     def on_evaluation_end(self) -> None:
         if self._contexts is not None:
             self._contexts.close()
+        if getattr(self, "_batchnorm", None) is not None:
+            self._batchnorm, batchnorm = None, self._batchnorm
+            batchnorm.close()
 
     def predict_log_probs(self, x, class_mask, samples=None, seed=None):
         """log p(y | x, memory) averaged over ``samples`` test-time graphs   [N, K].

@@ -1,0 +1,100 @@
+"""Test-time BatchNorm statistics from the memory (gcl_tf/batchnorm.py; GCL's method.test_batchnorm,
+rule 27 of docs/gcl/todays_rules.md): within the span each BatchNorm layer normalises by its inputs'
+statistics over the given images, and the moving ones come back after."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gcl_tf.batchnorm import batchnorm_layers, statistics_of
+
+
+def trained_trunk():
+    """A trunk with two BatchNorm layers whose moving statistics are far from any one batch's."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    trunk = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten()])
+    for scale in (1.0, 3.0, 0.2):  # statistics of other images
+        trunk(tf.random.normal([16, 8, 8, 3], seed=1) * scale + 2.0, training=True)
+    return trunk
+
+
+def test_within_the_span_the_trunk_normalises_the_images_by_their_own_statistics():
+    trunk = trained_trunk()
+    images = tf.random.uniform([40, 8, 8, 3], seed=2)
+    moving = [(b.moving_mean.numpy(), b.moving_variance.numpy(), b.momentum) for b in batchnorm_layers(trunk)]
+    as_a_batch = trunk(images, training=True).numpy()  # each layer: the batch's own statistics
+    for b, (mean, variance, _) in zip(batchnorm_layers(trunk), moving):  # (that pass moved them a little: back)
+        b.moving_mean.assign(mean)
+        b.moving_variance.assign(variance)
+    before = trunk(images, training=False).numpy()
+    with statistics_of(trunk, images) as layers:
+        within = trunk(images, training=False).numpy()
+    assert layers == 2
+    np.testing.assert_allclose(within, as_a_batch, rtol=1e-4, atol=1e-4)
+    assert np.abs(before - within).max() > 0.1  # the moving statistics are another normalisation
+    for b, (mean, variance, momentum) in zip(batchnorm_layers(trunk), moving):
+        np.testing.assert_array_equal(b.moving_mean.numpy(), mean)  # given back as they were
+        np.testing.assert_array_equal(b.moving_variance.numpy(), variance)
+        assert b.momentum == momentum
+    np.testing.assert_array_equal(trunk(images, training=False).numpy(), before)
+
+
+def test_no_image_or_no_batchnorm_changes_nothing():
+    import keras
+
+    trunk = trained_trunk()
+    images = tf.random.uniform([5, 8, 8, 3], seed=2)
+    before = trunk(images, training=False).numpy()
+    with statistics_of(trunk, images[:0]) as layers:
+        np.testing.assert_array_equal(trunk(images, training=False).numpy(), before)
+    assert layers == 0
+    plain = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    with statistics_of(plain, images) as layers:
+        assert layers == 0
+
+
+def test_gcl_evaluates_with_the_memorys_statistics_when_asked_and_trains_on_unchanged():
+    """GCL with method.test_batchnorm: memory: its predictions are those of its trunk with the memory's statistics
+    (set by hand here), they differ from the moving statistics', and after each evaluation the moving statistics
+    are as before, so training goes on from them."""
+    import keras
+
+    import gcl_tf
+
+    keras.utils.set_random_seed(0)
+    trunk = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten()])
+    model = gcl_tf.GCL(backbone=trunk, num_classes=4, memory_size=30, hidden_size=16, test_batchnorm="memory")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    rng = np.random.default_rng(0)
+    x, y = (rng.random((60, 8, 8, 3), dtype=np.float32) * 3 + 1), np.arange(60) % 4  # the training images' scale
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(10), verbose=0)
+    test = rng.random((20, 8, 8, 3), dtype=np.float32)  # another scale: the moving statistics do not fit it
+    layer = batchnorm_layers(model.trunk)[0]
+    moving = layer.moving_mean.numpy(), layer.moving_variance.numpy()
+    got = model.predict(test, verbose=0)
+    np.testing.assert_array_equal(layer.moving_mean.numpy(), moving[0])
+    np.testing.assert_array_equal(layer.moving_variance.numpy(), moving[1])
+    with model.evaluation_variant({"test_batchnorm": "moving"}):
+        plain = model.predict(test, verbose=0)
+        with statistics_of(model.trunk, model.memory.images[:30]):  # the memory's statistics, by hand
+            by_hand = model.predict(test, verbose=0)
+    np.testing.assert_allclose(got, by_hand, rtol=1e-4, atol=1e-5)
+    assert np.abs(got - plain).max() > 1e-3
+    history = model.fit(tf.data.Dataset.from_tensor_slices((x[:20], y[:20])).batch(10), verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+
+
+def test_test_batchnorm_takes_moving_or_memory_in_one_line():
+    from gcl_harness import make_config
+
+    from gcl_tf.errors import ConfigError
+
+    assert make_config(test_batchnorm="memory").method.test_batchnorm == "memory"
+    with pytest.raises(ConfigError, match=r"method.test_batchnorm.*moving, memory"):
+        make_config(test_batchnorm="batch")
