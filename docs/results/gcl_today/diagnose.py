@@ -143,6 +143,11 @@ VARIANTS["er_ema"] = ["method.name=er", "train.ema_momentum=0.99"]
 #: rule 18: the regulariser held to the weights' average (a momentum teacher) instead of the stored edges
 VARIANTS["todays_teacher"] = ["train.ema_momentum=0.99", "method.graph_target=average"]
 VARIANTS.update({f"todays_teacher_seed{seed}": [*VARIANTS["todays_teacher"], f"seed={seed}"] for seed in (1, 2)})
+#: rule 27 joined: the preset with rules 17, 18 and 27 (BatchNorm's statistics from the memory at test time)
+VARIANTS["todays_bn"] = [*VARIANTS["todays_teacher"], "method.test_batchnorm=memory"]
+#: rule 27's statistics on the preset alone (no weights' average)
+VARIANTS["todays_bn_only"] = ["method.test_batchnorm=memory"]
+VARIANTS.update({f"todays_bn_only_seed{seed}": [*VARIANTS["todays_bn_only"], f"seed={seed}"] for seed in (1, 2)})
 #: rule 19: rule 18 with the average's predictions distilled too (MKD's weight and temperature)
 VARIANTS["todays_distill"] = [*VARIANTS["todays_teacher"], "method.distill_lambda=5.5", "method.distill_temperature=4"]
 VARIANTS.update({f"todays_distill_seed{seed}": [*VARIANTS["todays_distill"], f"seed={seed}"] for seed in (1, 2)})
@@ -171,7 +176,8 @@ VARIANTS.update({f"todays_mkd_er_ownterm_seed{seed}": [*VARIANTS["todays_mkd_er_
 THREE_TASKS = [*LEVERS, "er"]
 SHORT_STREAM = ["todays", "er", "defaults_cb64", "defaults", "preset", "defaults_cb128", "defaults_cb64_selective",
                 "defaults_cb64_selective_paper_head", "cb128_target_all", "cb128_gl10",
-                "todays_vote", "todays_vote_present", "todays_vote_ncm"]
+                "todays_vote", "todays_vote_present", "todays_vote_ncm", "todays_teacher", "todays_bn",
+                "todays_bn_only"]
 TAGS = ("loss", "target_loss", "context_loss", "graph_loss", "regularized_fraction")
 
 
