@@ -192,7 +192,8 @@ def export(run_dir: str, out: str, overwrite: bool = False, allow_unfinished: bo
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".", suffix=".tmp", dir=parent)
     try:
-        with averages_in_place(averaging_optimizer(model.optimizer)):  # serve what the run evaluated
+        # serve what the run evaluated: the weights' averages, the statistics it normalised by
+        with averages_in_place(averaging_optimizer(model.optimizer)), model.test_statistics():
             tf.saved_model.save(module, staging, signatures={SIGNATURE: module.serve})
         write_json_atomic(os.path.join(staging, METADATA), metadata)
         if os.path.exists(out):

@@ -98,3 +98,28 @@ def test_test_batchnorm_takes_moving_or_memory_in_one_line():
     assert make_config(test_batchnorm="memory").method.test_batchnorm == "memory"
     with pytest.raises(ConfigError, match=r"method.test_batchnorm.*moving, memory"):
         make_config(test_batchnorm="batch")
+
+
+def test_an_export_serves_the_statistics_the_run_evaluated_with(tmp_path):
+    """gcl_tf.export saves inside the method's test_statistics: the SavedModel of a GCL with
+    test_batchnorm: memory serves what its evaluation predicts, not the moving statistics'."""
+    from gcl_tf import export
+    from gcl_tf.train import run
+
+    from helpers import digits_config
+
+    config = digits_config({"name": "gcl", "memory_size": 30, "test_batchnorm": "memory", "test_graph_samples": 1},
+                           {"num_tasks": 2, "samples_per_task": 60}, backbone="resnet18", filters=4,
+                           hidden_size=16)
+    run(config, output_dir=str(tmp_path / "run"), verbose=0)
+    model, _, _ = export.load_run(str(tmp_path / "run"))
+    images = np.random.default_rng(0).random((12, *model.image_shape), dtype=np.float32)
+    seed = tf.constant(0, tf.int64)
+    evaluated = export.class_probabilities(model, images, seed)
+    with model.evaluation_scope():
+        evaluated_in_scope = export.class_probabilities(model, images, seed).numpy()
+    assert np.abs(evaluated_in_scope - evaluated.numpy()).max() > 1e-4  # the statistics matter here
+    export.export(str(tmp_path / "run"), str(tmp_path / "exported"))
+    serve = tf.saved_model.load(str(tmp_path / "exported")).signatures[export.SIGNATURE]
+    served = serve(images=tf.constant(images), seed=seed)["probabilities"].numpy()
+    np.testing.assert_allclose(served, evaluated_in_scope, atol=1e-5)

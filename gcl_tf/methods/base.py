@@ -214,6 +214,7 @@ class ContinualModel(Hooks, LearnerSaving, keras.Model):
             undo.callback(setattr, self, "_evaluation_depth", self._evaluation_depth - 1)
             if self._evaluation_depth == 1:
                 undo.enter_context(averages_in_place(averaging_optimizer(getattr(self, "optimizer", None))))
+                undo.enter_context(self.test_statistics())
                 self.on_evaluation_begin()
                 undo.callback(self.on_evaluation_end)
             yield self

@@ -5,6 +5,7 @@ checkpoints, the memory estimate, the figures' arrays) call these and know no me
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional
 
@@ -89,6 +90,12 @@ class Hooks:
 
     def on_task_end(self, task_index: int, dataset) -> None:
         """Called after a task's last step, before it is evaluated. ``dataset`` is its stream."""
+
+    def test_statistics(self):
+        """A context in which the network normalises as the method predicts at test time (entered by
+        :meth:`evaluation_scope` after the weights' averages, and by ``gcl_tf.export`` for what it saves);
+        default: as it is (GCL's ``test_batchnorm: memory``: BatchNorm's statistics from the memory)."""
+        return contextlib.nullcontext()
 
     def on_evaluation_begin(self) -> None:
         """Entering an evaluation span (see :meth:`evaluation_scope`); default: nothing."""

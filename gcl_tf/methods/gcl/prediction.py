@@ -86,20 +86,20 @@ class Prediction:
         u_c, l_c = self.embed(self._context_images(), training=False)  # [M, H]
         return u_c, self.context_values(l_c, self.memory.labels, self.memory.filled())
 
+    def test_statistics(self):
+        """``test_batchnorm: memory``: the trunk's BatchNorm statistics from the filled memory's images
+        (:func:`gcl_tf.batchnorm.statistics_of`, with the weights evaluated); else as they are."""
+        if self.settings.test_batchnorm != "memory":
+            return contextlib.nullcontext()
+        return statistics_of(self.trunk, self.memory.images[:int(self.memory.num_filled.numpy())])
+
     def on_evaluation_begin(self) -> None:
-        if self.settings.test_batchnorm == "memory":  # before anything reads the trunk (the cache below)
-            filled = self.memory.images[:int(self.memory.num_filled.numpy())]
-            self._batchnorm = contextlib.ExitStack()
-            self._batchnorm.enter_context(statistics_of(self.trunk, filled))
         if self._contexts is not None:
             self._contexts.open()
 
     def on_evaluation_end(self) -> None:
         if self._contexts is not None:
             self._contexts.close()
-        if getattr(self, "_batchnorm", None) is not None:
-            self._batchnorm, batchnorm = None, self._batchnorm
-            batchnorm.close()
 
     def predict_log_probs(self, x, class_mask, samples=None, seed=None):
         """log p(y | x, memory) averaged over ``samples`` test-time graphs   [N, K].
