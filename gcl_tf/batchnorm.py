@@ -44,3 +44,11 @@ def statistics_of(network, images):
         for layer, momentum, mean, variance in saved:
             layer.moving_mean.assign(mean)
             layer.moving_variance.assign(variance)
+
+
+def test_statistics(network, memory, mode: str):
+    """A method's ``test_batchnorm`` (``mode``): ``memory``, :func:`statistics_of` ``network`` over the
+    filled slots of ``memory`` (a reservoir: filled slots first); ``moving``, the statistics as they are."""
+    if mode != "memory":
+        return contextlib.nullcontext()
+    return statistics_of(network, memory.images[:int(memory.num_filled.numpy())])

@@ -90,6 +90,36 @@ def test_gcl_evaluates_with_the_memorys_statistics_when_asked_and_trains_on_unch
     assert np.isfinite(history.history["loss"][-1])
 
 
+@pytest.mark.parametrize("method", ["ER", "ERACE", "DERPP", "MIR"])
+def test_the_replay_methods_evaluate_with_the_memorys_statistics_when_asked(method):
+    """ER and the methods derived from it take the same key: their predictions with it are those of their
+    network with the memory's statistics (set by hand), and the moving statistics come back after."""
+    import keras
+
+    import gcl_tf
+
+    keras.utils.set_random_seed(0)
+    trunk = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten()])
+    model = getattr(gcl_tf, method)(trunk, num_classes=4, memory_size=30, replay_batch_size=10,
+                                    test_batchnorm="memory")
+    model.compile(optimizer=keras.optimizers.SGD(0.05))
+    rng = np.random.default_rng(0)
+    x, y = (rng.random((60, 8, 8, 3), dtype=np.float32) * 3 + 1), np.arange(60) % 4
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(10), verbose=0)
+    test = rng.random((20, 8, 8, 3), dtype=np.float32)
+    layer = batchnorm_layers(model.network)[0]
+    moving = layer.moving_mean.numpy()
+    got = model.predict(test, verbose=0)
+    np.testing.assert_array_equal(layer.moving_mean.numpy(), moving)
+    with model.evaluation_variant({"test_batchnorm": "moving"}):
+        plain = model.predict(test, verbose=0)
+        with statistics_of(model.network, model.memory.images[:30]):
+            by_hand = model.predict(test, verbose=0)
+    np.testing.assert_allclose(got, by_hand, rtol=1e-4, atol=1e-5)
+    assert np.abs(got - plain).max() > 1e-3
+
+
 def test_test_batchnorm_takes_moving_or_memory_in_one_line():
     from gcl_harness import make_config
 
@@ -98,6 +128,9 @@ def test_test_batchnorm_takes_moving_or_memory_in_one_line():
     assert make_config(test_batchnorm="memory").method.test_batchnorm == "memory"
     with pytest.raises(ConfigError, match=r"method.test_batchnorm.*moving, memory"):
         make_config(test_batchnorm="batch")
+    from helpers import digits_config
+
+    assert digits_config({"name": "er_ace", "test_batchnorm": "memory"}).method.test_batchnorm == "memory"
 
 
 def test_an_export_serves_the_statistics_the_run_evaluated_with(tmp_path):

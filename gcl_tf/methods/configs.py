@@ -83,6 +83,11 @@ class ERConfig(MemoryMethodConfig):
     augments_in_step: ClassVar[bool] = True  # and the methods derived from it
     # Samples replayed from memory per step (null: the training batch size).
     replay_batch_size: Optional[int] = field(default=None, metadata=value_range(1))
+    # What the network's BatchNorm layers normalise by at test time (our extension, as GCL's key: rule 27 of
+    # docs/gcl/todays_batchnorm.md): moving, the moving averages of the training batches' statistics (the authors';
+    # under augment: ocl those of augmented images); memory, those of one pass over the memory's stored images for
+    # each evaluation (gcl_tf/batchnorm.py; no test image read). Test time only.
+    test_batchnorm: Literal["moving", "memory"] = "moving"
 
     def check_settings(self, section: str = "method"):
         check_replay_within_memory(self, section)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from gcl_tf import batchnorm
 from gcl_tf.backbones import classifier
 from gcl_tf.distribute import gather_in_order, num_replicas
 from gcl_tf.errors import ConfigError
@@ -52,6 +53,11 @@ class ER(ContinualModel):
 
     def call(self, x, training=False):
         return self.network(x, training=training)
+
+    def test_statistics(self):
+        """``test_batchnorm: memory``: the network's BatchNorm statistics from the filled memory's images
+        (:func:`gcl_tf.batchnorm.statistics_of`); else as they are."""
+        return batchnorm.test_statistics(self.network, self.memory, self.settings.test_batchnorm)
 
     def retrieve(self, x, y, size: int) -> dict:
         """This replica's part of the replay batch of ``size`` samples (over all replicas) to

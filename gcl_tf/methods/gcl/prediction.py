@@ -4,15 +4,13 @@ embeddings once per evaluation), and the artifacts the figures read (the expecte
 the penultimate features). Mixed into :class:`~gcl_tf.methods.gcl.model.GCL`."""
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 
 import numpy as np
 import tensorflow as tf
 
-from gcl_tf import salts
-from gcl_tf.batchnorm import statistics_of
+from gcl_tf import batchnorm, salts
 from gcl_tf.data.streams import to_float
 from gcl_tf.distribute import num_replicas, replica_id
 from gcl_tf.memory import step_seed
@@ -89,9 +87,7 @@ class Prediction:
     def test_statistics(self):
         """``test_batchnorm: memory``: the trunk's BatchNorm statistics from the filled memory's images
         (:func:`gcl_tf.batchnorm.statistics_of`, with the weights evaluated); else as they are."""
-        if self.settings.test_batchnorm != "memory":
-            return contextlib.nullcontext()
-        return statistics_of(self.trunk, self.memory.images[:int(self.memory.num_filled.numpy())])
+        return batchnorm.test_statistics(self.trunk, self.memory, self.settings.test_batchnorm)
 
     def on_evaluation_begin(self) -> None:
         if self._contexts is not None:
