@@ -262,7 +262,8 @@ def test_run_returns_the_results_it_writes(make_config, tmp_path):
     results = gcl_tf.run(config, output_dir=str(tmp_path / "run"), method={"name": "er", "memory_size": 20},
                          **{"train.epochs": 2})
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["config"]["method"] == {"name": "er", "memory_size": 20, "replay_batch_size": None}
+    assert saved["config"]["method"] == {"name": "er", "memory_size": 20, "replay_batch_size": None,
+                                         "test_batchnorm": "moving"}
     assert saved["config"]["train"]["epochs"] == 2
     np.testing.assert_array_equal(results.accuracy_matrix, np.array(saved["accuracy_matrix"]))
     assert results.acc == saved["acc"] and results["train_steps"] == 2 * 2 * 5
