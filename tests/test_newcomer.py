@@ -93,7 +93,8 @@ def test_data_load_of_an_unknown_name_fails_at_once():
     (["benchmark.num_classes=5"], "labels 0..9 fall outside the class range 0..4 that benchmark.num_classes 5 sets; "
                                   "allowed: benchmark.num_classes 10 or more, or null"),
     (["method.graph_lambda=10"], "error: method.graph_lambda: a key of gcl; the method is er, which has no such key; "
-                                 "allowed: er's keys (memory_size, replay_batch_size, test_batchnorm), or method.name=gcl"),
+                                 "allowed: er's keys (memory_size, replay_batch_size, test_batchnorm), "
+                                 "or method.name=gcl"),
     (["method.name=GCL"], "error: method.name: 'GCL' is not allowed; did you mean 'gcl'?"),
 ])
 def test_messages_name_the_key_and_say_it_right(settings, expected, tmp_path):
