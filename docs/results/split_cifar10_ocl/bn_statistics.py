@@ -20,26 +20,12 @@ import sys
 
 import numpy as np
 
+from gcl_tf.batchnorm import batchnorm_layers
+
 
 def accuracy(model, x, y, batch: int = 500) -> float:
     predictions = [np.argmax(model.predict(x[i:i + batch], verbose=0), -1) for i in range(0, len(x), batch)]
     return float(100 * np.mean(np.concatenate(predictions) == y))
-
-
-def with_memory_statistics(model, network=None) -> int:
-    """Every BatchNorm layer of ``network`` (default: the model, run on the memory as the model
-    runs it) gets as moving mean and variance those of one batch of the whole memory; returns
-    how many layers."""
-    import keras
-    import tensorflow as tf
-
-    network = model if network is None else network
-    layers = [layer for layer in network._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
-    for layer in layers:
-        layer.momentum = 0.0  # the moving statistics become this one batch's
-    images = model.memory.images[: int(model.memory.num_filled.numpy())]
-    network(tf.convert_to_tensor(images), training=True)
-    return len(layers)
 
 
 def arguments(description: str, argv, runs_help: str = "run folders holding learner.keras"):
@@ -79,9 +65,10 @@ def main(argv=None) -> int:
     rows = {}
     for run, saved, model in learners(args.runs):
         as_saved = accuracy(model, x, y)
-        layers = with_memory_statistics(model)
+        with model.evaluation_variant({"test_batchnorm": "memory"}):  # gcl_tf/batchnorm.py, for each evaluation
+            with_memory = accuracy(model, x, y)
         rows[run] = {"method": saved["method"], "acc_results_json": saved["acc"], "acc_as_saved": as_saved,
-                     "acc_memory_statistics": accuracy(model, x, y), "batchnorm_layers": layers}
+                     "acc_memory_statistics": with_memory, "batchnorm_layers": len(batchnorm_layers(model))}
         print(f"{saved['method']:8s} ACC as saved {as_saved:6.2f}  with the memory's BatchNorm statistics "
               f"{rows[run]['acc_memory_statistics']:6.2f}", flush=True)
     write_rows(args.output, rows)

@@ -105,7 +105,7 @@ class Config(MemoryMethodConfig):
     # memory's class means of the L2-normalised ReLU(l), what the own head reads (SCR's classifier;
     # no graph, no sampling). Test time only: training is unchanged.
     test_prediction: Literal["head", "vote", "head_vote", "ncm"] = "head"
-    # What the trunk's BatchNorm layers normalise by at test time (our extension, docs/gcl/todays_rules.md rule 27):
+    # What the trunk's BatchNorm layers normalise by at test time (our extension, docs/gcl/todays_batchnorm.md rule 27):
     # moving, the moving averages of the training batches' statistics (the paper; under augment: ocl those of
     # augmented images, which test images are not); memory, those of one pass over the memory's stored images with
     # the weights evaluated (gcl_tf/batchnorm.py; no test image is read), for each evaluation, the moving ones given
