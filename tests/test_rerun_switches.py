@@ -178,9 +178,13 @@ def rule_script(tmp_path, monkeypatch, scores: dict):
 def test_the_rule_adopts_a_switch_only_past_its_margin_and_one_optimizer_at_most(tmp_path, monkeypatch):
     script = rule_script(tmp_path, monkeypatch, {"derpp-preset": 47.0, "derpp-mkd_ocl": 50.0,
                                                   "derpp-mkd_ocl_one_pass": 52.5, "derpp-ccl_dc": 49.5,
-                                                  "derpp-torch_init": 49.2, "er-preset": 50.0})
+                                                  "derpp-torch_init": 49.2, "derpp-memory_bn": 48.9,
+                                                  "er-preset": 50.0})
     assert script.adopted("er") == []  # a run missing: nothing decided yet
     assert script.adopted("derpp") == ["torch_init", "mkd_ocl_one_pass"]  # 2.2 > 2; the best optimizer only
+    for method in script.METHODS:  # rule 7: the memory's statistics at test time, a switch of each method
+        config = load_config(TODAY, [f"method.name={method}", *script.SWITCHES[method, "memory_bn"]])
+        assert config.method.test_batchnorm == "memory"
     width = script.plan("width")
     adopted = ["model.initializer=torch", *script.SWITCHES["derpp", "mkd_ocl_one_pass"]]
     assert width["derpp-adopted"] == ("derpp", adopted)

@@ -58,6 +58,8 @@ SWITCHES = {
     ("derpp", "ccl_dc"): [*ADAMW, *DERPP_WEIGHTS],
     ("derpp", "torch_init"): ["model.initializer=torch"],
 }
+#: added before their runs (rerun_settings.md, rule 7): BatchNorm's statistics from the memory at test time
+SWITCHES.update({(m, "memory_bn"): ["method.test_batchnorm=memory"] for m in METHODS})
 OPTIMIZER_SWITCHES = ("mkd_ocl", "mkd_ocl_one_pass", "ccl_dc")  # at most one of them is adopted
 ONPRO = {"onpro-preset": [], "onpro-ccl_dc": [*ADAMW, "method.weight_decay=0"]}
 
