@@ -156,3 +156,53 @@ def test_an_export_serves_the_statistics_the_run_evaluated_with(tmp_path):
     serve = tf.saved_model.load(str(tmp_path / "exported")).signatures[export.SIGNATURE]
     served = serve(images=tf.constant(images), seed=seed)["probabilities"].numpy()
     np.testing.assert_allclose(served, evaluated_in_scope, atol=1e-5)
+
+
+MIRRORED = """
+import json
+import keras
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from gcl_tf.batchnorm import batchnorm_layers, statistics_of
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    keras.utils.set_random_seed(0)
+    trunk = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten()])
+    layer = batchnorm_layers(trunk)[0]
+    layer.moving_mean.assign(tf.fill([4], 3.0))  # far from the images' own
+    images = tf.random.uniform([40, 8, 8, 3], seed=2)
+    before = trunk(images, training=False).numpy()
+    with statistics_of(trunk, images):
+        within = trunk(images, training=False).numpy()
+        copies = [v.numpy().tolist() for v in strategy.experimental_local_results(layer.moving_mean.value)]
+    after = trunk(images, training=False).numpy()
+    restored = [v.numpy().tolist() for v in strategy.experimental_local_results(layer.moving_mean.value)]
+features = keras.Sequential(trunk.layers[:1])(images).numpy().reshape(-1, 4)
+print("REPORT " + json.dumps({"copies": copies, "restored": restored, "mean": features.mean(0).tolist(),
+                              "changed": float(np.abs(before - within).max()),
+                              "after": float(np.abs(before - after).max())}))
+"""
+
+
+def test_under_a_mirrored_strategy_every_replicas_statistics_are_set_and_given_back(tmp_path):
+    """On two logical CPUs (a fresh process: logical devices are set before TensorFlow starts) the span
+    sets each replica's copy of the statistics to the images' and gives every copy back."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "mirrored.py"
+    script.write_text(MIRRORED)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    assert len(report["copies"]) == 2
+    for copy in report["copies"]:
+        np.testing.assert_allclose(copy, report["mean"], rtol=1e-4, atol=1e-5)
+    assert report["restored"] == [[3.0] * 4] * 2
+    assert report["changed"] > 0.1 and report["after"] == 0.0
