@@ -153,9 +153,12 @@ VARIANTS["todays_bn_only"] = ["method.test_batchnorm=memory"]
 VARIANTS.update({f"todays_bn_only_seed{seed}": [*VARIANTS["todays_bn_only"], f"seed={seed}"] for seed in (1, 2)})
 #: ER with the same statistics, and ER's seeds 1-2 (the short stream's test reading, rule 28's preset against ER)
 VARIANTS["er_bn"] = ["method.name=er", "method.test_batchnorm=memory"]
-VARIANTS.update({f"{name}_seed{seed}": [*VARIANTS[name], f"seed={seed}"] for seed in (1, 2) for name in ("er", "er_bn")})
+#: ER-ACE: the incoming images' loss among their batch's classes, as GCL's (target_loss: present)
+VARIANTS["er_ace_bn"] = ["method.name=er_ace", "method.test_batchnorm=memory"]
+VARIANTS.update({f"{name}_seed{seed}": [*VARIANTS[name], f"seed={seed}"] for seed in (1, 2)
+                 for name in ("er", "er_bn", "er_ace_bn")})
 SHORT_TEST = [f"{name}{suffix}" for suffix in ("", "_seed1", "_seed2")
-              for name in ("er", "er_bn", "todays", "todays_bn_only")]
+              for name in ("er", "er_bn", "todays", "todays_bn_only", "er_ace_bn")]
 #: rule 19: rule 18 with the average's predictions distilled too (MKD's weight and temperature)
 VARIANTS["todays_distill"] = [*VARIANTS["todays_teacher"], "method.distill_lambda=5.5", "method.distill_temperature=4"]
 VARIANTS.update({f"todays_distill_seed{seed}": [*VARIANTS["todays_distill"], f"seed={seed}"] for seed in (1, 2)})
