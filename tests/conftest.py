@@ -6,7 +6,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
 import gzip
+import json
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -38,6 +41,25 @@ def _deep_update(base: dict, update: dict) -> dict:
         else:
             out[key] = value
     return out
+
+
+def fresh_env(**extra) -> dict:
+    """The environment of a fresh TensorFlow process a test starts: quiet, no GPU, no TF_CONFIG."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", **extra)
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def run_script(path, text: str, *args, tag: str = "REPORT", timeout: int = 300):
+    """Writes ``text`` to ``path`` and runs it in a fresh Python (logical devices are set before
+    TensorFlow starts, so a test of two logical CPUs needs its own process); returns the JSON the
+    script printed on its line starting with ``tag``."""
+    path.write_text(text)
+    proc = subprocess.run([sys.executable, str(path), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=fresh_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith(tag + " "))
+    return json.loads(line[len(tag) + 1:])
 
 
 @pytest.fixture

@@ -190,17 +190,9 @@ print("REPORT " + json.dumps({"copies": copies, "restored": restored, "mean": fe
 def test_under_a_mirrored_strategy_every_replicas_statistics_are_set_and_given_back(tmp_path):
     """On two logical CPUs (a fresh process: logical devices are set before TensorFlow starts) the span
     sets each replica's copy of the statistics to the images' and gives every copy back."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from conftest import run_script
 
-    script = tmp_path / "mirrored.py"
-    script.write_text(MIRRORED)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    report = run_script(tmp_path / "mirrored.py", MIRRORED)
     assert len(report["copies"]) == 2
     for copy in report["copies"]:
         np.testing.assert_allclose(copy, report["mean"], rtol=1e-4, atol=1e-5)

@@ -1,13 +1,14 @@
 """tf.distribute: MirroredStrategy on 2 logical CPU devices and MultiWorkerMirroredStrategy with
 2 local worker processes compute what a single-device run computes (same seed)."""
 import json
-import os
 import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from conftest import fresh_env, run_script
 
 CONFIG = textwrap.dedent("""\
     seed: 2
@@ -66,12 +67,6 @@ def config_file(tmp_path_factory):
     return path
 
 
-def _env():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
 @pytest.mark.slow
 def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
     import numpy as np
@@ -82,12 +77,8 @@ def test_mirrored_on_two_devices_equals_single_device(config_file, tmp_path):
     assert {"finetune", "er", "gcl", "derpp", "er_ace"} <= set(names)
     names += ["er+ema", "gcl+teacher", "gcl+distill"]  # with the weights' averages; GCL held to them, distilling them
 
-    script = tmp_path / "mirrored.py"
-    script.write_text(MIRRORED)
-    proc = subprocess.run([sys.executable, str(script), str(config_file), str(tmp_path / "runs"), ",".join(names)],
-                          capture_output=True, text=True, timeout=900, env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    report = run_script(tmp_path / "mirrored.py", MIRRORED, config_file, tmp_path / "runs", ",".join(names),
+                        timeout=900)
     for method in names:
         single, mirrored = np.array(report[f"{method}/none"]), np.array(report[f"{method}/mirrored"])
         assert report[f"{method}/none/steps"] == report[f"{method}/mirrored/steps"] == 60
@@ -177,12 +168,7 @@ def test_a_few_mirrored_steps_are_the_single_device_steps(tmp_path):
     from gcl_tf import methods
 
     names = methods.distributed_names() + ["gcl:selective"]  # and GCL's regulariser that waits
-    script = tmp_path / "few_steps.py"
-    script.write_text(FEW_STEPS)
-    proc = subprocess.run([sys.executable, str(script), ",".join(names)], capture_output=True, text=True,
-                          timeout=600, env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])
+    report = run_script(tmp_path / "few_steps.py", FEW_STEPS, ",".join(names), timeout=600)
     assert sorted(report) == sorted(names)
     for method, found in report.items():
         assert found["steps"] == 6 and (found["memory"] or method == "finetune"), method  # the memory compared too
@@ -207,13 +193,13 @@ def test_multi_worker_with_two_local_workers_agrees_with_single_device(config_fi
 
     single = subprocess.run(
         [sys.executable, "-m", "gcl_tf.train", "--config", str(config_file), "--set", f"method.name={method}",
-         "--output", str(tmp_path / "single")], capture_output=True, text=True, timeout=600, env=_env())
+         "--output", str(tmp_path / "single")], capture_output=True, text=True, timeout=600, env=fresh_env())
     assert single.returncode == 0, single.stderr[-3000:]
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     workers = []
     for index in (1, 0):
-        env = _env()
+        env = fresh_env()
         env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         workers.append(subprocess.Popen(
             [sys.executable, "-m", "gcl_tf.train", "--config", str(config_file), "--set", f"method.name={method}",
@@ -246,7 +232,7 @@ def test_distribution_errors_are_one_line(config_file, tmp_path):
         args = [sys.executable, "-m", "gcl_tf.train", "--config", str(config_file), "--output", str(tmp_path / "o")]
         for o in overrides:
             args += ["--set", o]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=_env())
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=fresh_env())
         lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
         assert not (tmp_path / "o").exists()
@@ -280,11 +266,7 @@ def test_the_logged_replay_loss_is_the_global_mean_after_keras_averages_the_repl
     """The rule of gcl_tf/methods/replay.py (ER, DER++, ER-ACE): R times a replica's share of the
     global mean, which Keras's average over replicas turns into the global mean (1 + 2 + 10) / 3;
     a replica's own mean (ER's log before) would average to (1.5 + 10) / 2."""
-    script = tmp_path / "logged.py"
-    script.write_text(LOGGED_LOSS)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    logs = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("LOGS "))[5:])
+    logs = run_script(tmp_path / "logged.py", LOGGED_LOSS, tag="LOGS")
     assert logs["rule"] == pytest.approx(13 / 3) and logs["own_mean"] == pytest.approx(5.75)
 
 

@@ -10,13 +10,7 @@ import textwrap
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env(**extra):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", **extra)
-    env.pop("TF_CONFIG", None)
-    return env
+from conftest import REPO, fresh_env, run_script
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_0(capsys):
@@ -90,11 +84,7 @@ LEAK = textwrap.dedent("""\
 
 @pytest.mark.slow
 def test_the_placement_analysis_finds_a_memory_copy_to_the_host(tmp_path):
-    script = tmp_path / "leak.py"
-    script.write_text(LEAK)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(next(text for text in proc.stdout.splitlines() if text.startswith("REPORT "))[7:])
+    report = run_script(tmp_path / "leak.py", LEAK, timeout=600)
     clean, leaky = report["False"], report["True"]
     for r in (clean, leaky):
         assert r["misplaced"] == [] and r["traces"] == 1 and r["functions"] >= 1
@@ -111,7 +101,7 @@ def test_the_whole_check_runs_on_cpu_devices_and_writes_its_report(tmp_path):
     mixed precision and XLA): tables, JSON, the verdict, the mirrored run, every assertion."""
     proc = subprocess.run([sys.executable, "-m", "gcl_tf.benchmark", "gpu", "--device", "cpu", "--quick",
                            "--variants", "float32,mixed_bfloat16+xla", "--output", str(tmp_path)],
-                          capture_output=True, text=True, timeout=1200, env=_env(), cwd=REPO)
+                          capture_output=True, text=True, timeout=1200, env=fresh_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     environment = report["environment"]

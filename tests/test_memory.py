@@ -215,17 +215,9 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.slow
 def test_replay_batch_on_two_replicas_is_the_one_device_batch_cut_in_two(tmp_path):
     """Each replica replays its consecutive half of the batch one device draws (all fields)."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from conftest import run_script
 
-    script = tmp_path / "replicas.py"
-    script.write_text(REPLICA_SLICES)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    out = run_script(tmp_path / "replicas.py", REPLICA_SLICES, tag="RESULT")
     whole, parts = out["whole"], out["parts"]
     assert set(whole) == {"slots", "ok", "images", "labels", "logits"}
     assert sum(whole["ok"]) == 6 and len(set(whole["slots"])) == 6
