@@ -20,7 +20,7 @@ from helpers import REPO
 #: The paper's GCL, as the today's preset was before issue 69 (every library switch off).
 PAPER = {"graph_lambda": 50, "context_temperature": 1.0, "target_temperature": 5, "regularize_below": None,
          "kernel": "rbf", "kernel_width": None, "own_latent": False, "target_loss": "all",
-         "edge_memory": "matrix", "context_batch": None}
+         "edge_memory": "matrix", "context_batch": None, "test_batchnorm": "moving"}
 
 
 def colour_digits(path, size: int = 16) -> str:
@@ -118,3 +118,36 @@ def test_a_task_told_apart_but_taken_for_old_classes_is_learned_and_not_warned_o
     model.own_head.kernel.assign(tf.zeros_like(model.own_head.kernel))  # now it tells nothing apart
     line = model.learning_warning(1, x, y)
     assert line is not None and "right among its 2 classes (chance: 50%)" in line
+
+
+def test_the_warning_reads_a_task_as_evaluations_do_with_the_memorys_batchnorm_statistics():
+    """With ``test_batchnorm: memory`` an evaluation normalises by the memory's statistics, and so does the
+    warning's reading of the task just learned: a task told apart under them is not warned of although the
+    moving statistics fit no image; read at the moving statistics, it is (and they are given back)."""
+    import keras
+    import tensorflow as tf
+
+    from gcl_tf.batchnorm import batchnorm_layers
+
+    keras.utils.set_random_seed(0)
+    trunk = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(8, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten()])
+    model = gcl_tf.GCL(backbone=trunk, num_classes=10, memory_size=40, hidden_size=16, test_batchnorm="memory")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    noise = np.random.default_rng(0).normal(0.0, 0.05, (40, 8, 8, 3)).astype(np.float32)
+    x = np.concatenate([np.full((20, 8, 8, 3), 0.2, np.float32), np.full((20, 8, 8, 3), 0.8, np.float32)]) + noise
+    y = np.repeat([1, 2], 20)
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(40, seed=0).batch(10), epochs=20, verbose=0)
+    layers = batchnorm_layers(model.trunk)
+    for layer in layers:
+        layer.moving_mean.assign(layer.moving_mean + 100.0)  # moving statistics that fit no image
+    moving = [layer.moving_mean.numpy() for layer in layers]
+    model.kernel_log_scale.assign(np.log(1e6))  # every edge near 1: the kernel's case, were the task not learned
+    assert model.accuracy_and_test_graphs(x, y, [1, 2])[0] >= 90.0  # the memory's statistics, as evaluated
+    assert model.learning_warning(0, x, y) is None
+    with model.evaluation_variant({"test_batchnorm": "moving"}):
+        assert model.accuracy_and_test_graphs(x, y, [1, 2])[0] <= 60.0
+        line = model.learning_warning(0, x, y)
+    assert line is not None and "right among its 2 classes (chance: 50%)" in line
+    for layer, mean in zip(layers, moving):
+        np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)

@@ -195,9 +195,10 @@ class Prediction:
         """:meth:`accuracy_and_test_graph` and the expected test graph, ``sigmoid(E)`` from the
         images to the filled memory slots   (float, [N, C], [N, C] numpy); the accuracy among
         ``classes`` only, if given (default: every class). Runs on the device of the model's
-        variables (the first replica's under a strategy)."""
+        variables (the first replica's under a strategy), within an evaluation scope: the weights and
+        BatchNorm statistics an evaluation uses (``train.ema_momentum``, ``test_batchnorm``)."""
         allowed = np.ones(self.num_classes, bool) if classes is None else np.isin(np.arange(self.num_classes), classes)
-        with tf.device(self.kernel_log_scale.value.device):
+        with tf.device(self.kernel_log_scale.value.device), self.evaluation_scope():
             logits_e, values, noise, own = self.test_graphs(to_float(images))
             log_probs = self.log_probs_of_test_graphs(logits_e, values, noise, own, allowed)
             predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32).numpy()
