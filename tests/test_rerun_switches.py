@@ -3,6 +3,7 @@
 and what the today's preset reaches with --set (the trunk's width, PyTorch's initialisation)."""
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -216,3 +217,24 @@ def test_the_rules_derpp_runs_are_the_reruns_settings():
     preset = load_config(TODAY, base)
     assert (preset.train.optimizer, preset.train.learning_rate, preset.method.alpha, preset.method.beta,
             preset.method.one_pass) == ("sgd", pytest.approx(0.03), 0.1, 0.5, False)
+
+
+def test_rule_7b_decides_ers_memory_statistics_by_the_mean_over_seeds_0_to_2(tmp_path, monkeypatch):
+    """ER's memory_bn is adopted when its validation ACC less the preset's, averaged over seeds 0-2, passes
+    the margin: seed 0 alone does not decide it, and nothing is decided while one of the six runs is missing."""
+    scores = {"er-preset": 55.3, "er-mkd_ocl": 54.6, "er-ccl_dc": 50.4, "er-torch_init": 53.5, "er-memory_bn": 54.8}
+    script = rule_script(tmp_path, monkeypatch, scores)
+    runs = script.plan("memory_bn_seeds")
+    assert runs["er-memory_bn-seed2"] == ("er", ["method.test_batchnorm=memory", "seed=2"])
+    assert runs["er-preset-seed1"] == script.plan("order")["er-preset-seed1"]  # one run serves both studies
+    assert script.over_seeds("er", "memory_bn") is None and script.adopted("er") == []
+    for name, value in {"er-preset-seed1": 50.0, "er-memory_bn-seed1": 54.0, "er-preset-seed2": 50.0}.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"acc": value}))
+    assert script.adopted("er") == []  # seed 2's run missing
+    (tmp_path / "er-memory_bn-seed2").mkdir()
+    (tmp_path / "er-memory_bn-seed2" / "results.json").write_text('{"acc": 53.0}')
+    assert script.over_seeds("er", "memory_bn") == pytest.approx((-0.5 + 4.0 + 3.0) / 3)  # 2.17 > 2
+    assert script.adopted("er") == ["memory_bn"]
+    (tmp_path / "er-memory_bn-seed2" / "results.json").write_text('{"acc": 52.0}')
+    assert script.adopted("er") == []  # 1.83: within the margin

@@ -15,7 +15,9 @@ resumed from its checkpoints when it has some, so the command goes on where it s
 - ``order``: ER under ``benchmark.class_order: random`` on seeds 0, 1, 2, and under the fixed order
   on seeds 1 and 2 (seed 0: ``switches``' preset);
 - ``onpro`` (not in ``all``: some 5 hours a run at 20 filters): CCL-DC's AdamW in place of its
-  authors' Adam with L2 decay.
+  authors' Adam with L2 decay;
+- ``memory_bn_seeds``: ER's ``memory_bn`` switch and its preset on seeds 1 and 2 (rule 7b: ER's
+  ``memory_bn`` is decided by the mean over seeds 0-2).
 
     python docs/results/split_cifar10_ocl/rerun_switches.py all          # from the folder holding data/cifar10.npz
     python docs/results/split_cifar10_ocl/rerun_switches.py switches --only derpp-mkd_ocl,derpp-ccl_dc
@@ -61,6 +63,9 @@ SWITCHES = {
 #: added before their runs (rerun_settings.md, rule 7): BatchNorm's statistics from the memory at test time
 SWITCHES.update({(m, "memory_bn"): ["method.test_batchnorm=memory"] for m in METHODS})
 OPTIMIZER_SWITCHES = ("mkd_ocl", "mkd_ocl_one_pass", "ccl_dc")  # at most one of them is adopted
+#: rule 7b: (method, switch) decided by its mean over seeds 0-2 against the preset's on the same seeds
+OVER_SEEDS = {("er", "memory_bn")}
+SEEDS = (1, 2)  # beside seed 0, the switches' own runs
 ONPRO = {"onpro-preset": [], "onpro-ccl_dc": [*ADAMW, "method.weight_decay=0"]}
 
 
@@ -76,14 +81,26 @@ def acc(name: str):
         return None
 
 
+def over_seeds(method: str, switch: str):
+    """Rule 7b: the mean over seeds 0-2 of the switch's validation ACC less the preset's on the same seed
+    (None while a run is missing)."""
+    tags = ["", *(f"-seed{s}" for s in SEEDS)]
+    pairs = [(acc(f"{method}-{switch}{tag}"), acc(f"{method}-preset{tag}")) for tag in tags]
+    if any(a is None for pair in pairs for a in pair):
+        return None
+    return sum(a - b for a, b in pairs) / len(pairs)
+
+
 def adopted(method: str) -> list[str]:
     """The rule's stage 1: the switches that beat the preset by more than MARGIN (of the optimizer
-    switches, the best one only); [] while a run is missing."""
+    switches, the best one only; those of OVER_SEEDS by their mean over seeds 0-2); [] while a run is missing."""
     preset = acc(f"{method}-preset")
     scores = {switch: acc(f"{m}-{switch}") for m, switch in SWITCHES if m == method}
-    if preset is None or None in scores.values():
+    gains = {s: over_seeds(method, s) if (method, s) in OVER_SEEDS else None if a is None or preset is None
+             else a - preset for s, a in scores.items()}
+    if preset is None or None in gains.values():
         return []
-    wins = [s for s, a in scores.items() if a > preset + MARGIN]
+    wins = [s for s, gain in gains.items() if gain > MARGIN]
     optimizers = sorted((s for s in wins if s in OPTIMIZER_SWITCHES), key=scores.get)
     return [s for s in wins if s not in OPTIMIZER_SWITCHES] + optimizers[-1:]
 
@@ -121,7 +138,14 @@ def plan(study: str) -> dict:
         return runs
     if study == "order":
         runs = {f"er-random-seed{s}": ("er", ["benchmark.class_order=random", f"seed={s}"]) for s in (0, 1, 2)}
-        runs.update({f"er-preset-seed{s}": ("er", [f"seed={s}"]) for s in (1, 2)})
+        runs.update({f"er-preset-seed{s}": ("er", [f"seed={s}"]) for s in SEEDS})
+        return runs
+    if study == "memory_bn_seeds":
+        runs = {}
+        for m, switch in sorted(OVER_SEEDS):
+            for s in SEEDS:
+                runs[f"{m}-{switch}-seed{s}"] = (m, [*SWITCHES[m, switch], f"seed={s}"])
+                runs[f"{m}-preset-seed{s}"] = (m, [f"seed={s}"])
         return runs
     return {name: ("onpro", values) for name, values in ONPRO.items()}
 
@@ -145,14 +169,22 @@ def run(study: str, only, listing: bool) -> None:
 def write_table() -> None:
     lines = ["# Re-run settings on validation (issue 70)", "",
              "Written by `python docs/results/split_cifar10_ocl/rerun_switches.py table`; the rule: "
-             "docs/reproducing/rerun_settings.md. Validation ACC % (seed 0 unless named), whole stream.", "",
+             "docs/reproducing/rerun_settings.md. Validation ACC % (seed 0 unless named; against the preset "
+             "on the same seed), whole stream.", "",
              "| run | settings | ACC | vs preset |", "| --- | --- | --- | --- |"]
-    for study in ("switches", "width", "order", "onpro"):
+    written = set()
+    for study in ("switches", "width", "order", "memory_bn_seeds", "onpro"):
         for name, (method, values) in plan(study).items():
-            a, preset = acc(name), acc(f"{method}-preset")
-            delta = "" if a is None or preset is None or name.endswith("-preset") else f"{a - preset:+.2f}"
+            if name in written:  # a run two studies share (ER's preset on seeds 1-2)
+                continue
+            written.add(name)
+            seed = name.rsplit("-seed", 1)[1] if "-seed" in name else "0"
+            a, preset = acc(name), acc(f"{method}-preset" + ("" if seed == "0" else f"-seed{seed}"))  # the same seed's
+            delta = "" if a is None or preset is None or "-preset" in name else f"{a - preset:+.2f}"
             shown = ", ".join(f"`{v}`" for v in values) or "the preset"
             lines.append(f"| {name} | {shown} | {'-' if a is None else f'{a:.2f}'} | {delta} |")
+    lines += ["", "Rule 7b, ER's memory_bn over seeds 0-2 (mean of the differences): " + (
+        "-" if over_seeds("er", "memory_bn") is None else f"{over_seeds('er', 'memory_bn'):+.2f}")]
     lines += ["", "Stage 1 adopts: " + "; ".join(f"{m}: {', '.join(adopted(m)) or 'none (yet)'}" for m in METHODS),
               "", "Stage 2, the trunk: " + "; ".join(f"{m}: {width_decision(m)}" for m in METHODS)]
     os.makedirs(OUT, exist_ok=True)
@@ -162,12 +194,12 @@ def write_table() -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", choices=["switches", "width", "order", "onpro", "all", "table"])
+    parser.add_argument("study", choices=["switches", "memory_bn_seeds", "width", "order", "onpro", "all", "table"])
     parser.add_argument("--only", default=None, help="run names, comma-separated")
     parser.add_argument("--list", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
-    studies = {"all": ["switches", "width", "order"], "table": []}.get(args.study, [args.study])
+    studies = {"all": ["switches", "memory_bn_seeds", "width", "order"], "table": []}.get(args.study, [args.study])
     for study in studies:
         run(study, only, args.list)
     if not args.list:
