@@ -81,10 +81,15 @@ def acc(name: str):
         return None
 
 
+def seed_tag(seed) -> str:
+    """A run name's seed suffix: none for seed 0 (the switches' own runs), else ``-seed<k>``."""
+    return "" if str(seed) == "0" else f"-seed{seed}"
+
+
 def over_seeds(method: str, switch: str):
     """Rule 7b: the mean over seeds 0-2 of the switch's validation ACC less the preset's on the same seed
     (None while a run is missing)."""
-    tags = ["", *(f"-seed{s}" for s in SEEDS)]
+    tags = [seed_tag(s) for s in (0, *SEEDS)]
     pairs = [(acc(f"{method}-{switch}{tag}"), acc(f"{method}-preset{tag}")) for tag in tags]
     if any(a is None for pair in pairs for a in pair):
         return None
@@ -96,9 +101,10 @@ def adopted(method: str) -> list[str]:
     switches, the best one only; those of OVER_SEEDS by their mean over seeds 0-2); [] while a run is missing."""
     preset = acc(f"{method}-preset")
     scores = {switch: acc(f"{m}-{switch}") for m, switch in SWITCHES if m == method}
-    gains = {s: over_seeds(method, s) if (method, s) in OVER_SEEDS else None if a is None or preset is None
-             else a - preset for s, a in scores.items()}
-    if preset is None or None in gains.values():
+    if preset is None or None in scores.values():
+        return []
+    gains = {s: over_seeds(method, s) if (method, s) in OVER_SEEDS else a - preset for s, a in scores.items()}
+    if None in gains.values():
         return []
     wins = [s for s, gain in gains.items() if gain > MARGIN]
     optimizers = sorted((s for s in wins if s in OPTIMIZER_SWITCHES), key=scores.get)
@@ -178,13 +184,14 @@ def write_table() -> None:
             if name in written:  # a run two studies share (ER's preset on seeds 1-2)
                 continue
             written.add(name)
-            seed = name.rsplit("-seed", 1)[1] if "-seed" in name else "0"
-            a, preset = acc(name), acc(f"{method}-preset" + ("" if seed == "0" else f"-seed{seed}"))  # the same seed's
+            seed = name.rsplit("-seed", 1)[1] if "-seed" in name else 0
+            a, preset = acc(name), acc(f"{method}-preset{seed_tag(seed)}")  # the preset on the same seed
             delta = "" if a is None or preset is None or "-preset" in name else f"{a - preset:+.2f}"
             shown = ", ".join(f"`{v}`" for v in values) or "the preset"
             lines.append(f"| {name} | {shown} | {'-' if a is None else f'{a:.2f}'} | {delta} |")
-    lines += ["", "Rule 7b, ER's memory_bn over seeds 0-2 (mean of the differences): " + (
-        "-" if over_seeds("er", "memory_bn") is None else f"{over_seeds('er', 'memory_bn'):+.2f}")]
+    mean = over_seeds("er", "memory_bn")
+    lines += ["", "Rule 7b, ER's memory_bn over seeds 0-2 (mean of the differences): "
+              + ("-" if mean is None else f"{mean:+.2f}")]
     lines += ["", "Stage 1 adopts: " + "; ".join(f"{m}: {', '.join(adopted(m)) or 'none (yet)'}" for m in METHODS),
               "", "Stage 2, the trunk: " + "; ".join(f"{m}: {width_decision(m)}" for m in METHODS)]
     os.makedirs(OUT, exist_ok=True)
